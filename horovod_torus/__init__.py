@@ -1,0 +1,6 @@
+"""horovod-torus: 2D-Torus all-reduce for Horovod (Mikami et al., arXiv 1811.05233).
+
+Subpackages: ``horovod_torus.tensorflow`` (drop-in for ``horovod.tensorflow``), ``horovod_torus.mpi``
+(mpi4py/numpy path), ``horovod_torus.topology`` (the grid), ``horovod_torus.costmodel`` (alpha-beta model).
+"""
+__version__ = "0.1.0"

@@ -1,0 +1,15 @@
+"""Drop-in replacement for ``horovod.tensorflow`` whose reductions go through the 2D torus.
+
+``import horovod_torus.tensorflow as hvd`` in place of ``import horovod.tensorflow as hvd``;
+call ``hvd.init()`` (which registers the torus row/column process sets) before any collective.
+"""
+from horovod.tensorflow import (  # noqa: F401  (re-exported: the names Horovod users touch)
+    Average, Compression, ProcessSet, Sum, allgather, broadcast, global_process_set, is_initialized,
+    local_rank, local_size, rank, size,
+)
+
+from horovod_torus.tensorflow.collectives import (  # noqa: F401
+    SUPPORTED_DTYPES, grouped_torus_allreduce, torus_allreduce,
+)
+from horovod_torus.tensorflow.runtime import grid, init, shutdown, torus_process_sets  # noqa: F401
+from horovod_torus.topology import TorusTopology  # noqa: F401

@@ -1,0 +1,153 @@
+"""2D-Torus all-reduce of TensorFlow tensors through Horovod ops on the row and column process sets.
+
+Source: Mikami et al., arXiv 1811.05233, section 3.2. Because every phase is a stock Horovod op on a
+process set, the same code runs on every Horovod backend (MPI and Gloo on CPU, NCCL on GPU), eagerly and
+inside ``tf.function``.
+"""
+from __future__ import annotations
+
+import horovod.tensorflow as _hvd
+import tensorflow as tf
+
+from horovod_torus.fusion import plan_fusion
+from horovod_torus.tensorflow.runtime import torus_process_sets
+
+__all__ = ["torus_allreduce", "grouped_torus_allreduce", "SUPPORTED_DTYPES"]
+
+Average, Sum, Compression = _hvd.Average, _hvd.Sum, _hvd.Compression
+
+SUPPORTED_DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64, tf.int32, tf.int64)
+
+
+def torus_allreduce(tensor, op=Average, name=None, compression=Compression.none,
+                    prescale_factor=1.0, postscale_factor=1.0):
+    """All-reduce one tensor over all ranks through the 2D torus.
+
+    Same contract as ``horovod.tensorflow.allreduce`` for dense tensors: the result has the input's shape
+    and dtype and equals ``postscale * op_k(prescale * tensor_k)`` over the N ranks k. See
+    :func:`grouped_torus_allreduce` for the phases, the errors raised, and the bytes moved.
+
+    Example (under ``horovodrun -np 4``)::
+
+        import tensorflow as tf, horovod_torus.tensorflow as hvd
+        hvd.init(grid="2x2")
+        print(hvd.torus_allreduce(tf.fill([3], float(hvd.rank())), op=hvd.Sum))   # [6. 6. 6.]
+    """
+    return grouped_torus_allreduce([tensor], op=op, name=name, compression=compression,
+                                   prescale_factor=prescale_factor, postscale_factor=postscale_factor)[0]
+
+
+def grouped_torus_allreduce(tensors, op=Average, name=None, compression=Compression.none,
+                            prescale_factor=1.0, postscale_factor=1.0):
+    """All-reduce many tensors through the 2D torus, fused into one buffer per dtype.
+
+    Phases, for each dtype's fused buffer of S elements (the members flattened and concatenated):
+
+    1. reduce-scatter along the row (``hvd.reducescatter``, op Sum, ``prescale_factor`` applied here):
+       each rank keeps the row sum of about S/X elements (Horovod's split: the first S % X ranks of a
+       row get one extra element; a shard may be empty);
+    2. all-reduce along the column on that S/X shard (``hvd.allreduce``, op Sum; the post-scale, which
+       for Average includes the single division by N = X*Y, is applied here, on 1/X of the data);
+    3. all-gather along the row (``hvd.allgather``): every rank holds the full result.
+
+    A phase over one rank is skipped (X == 1: phases 1 and 3; Y == 1: phase 2). Bytes sent per rank:
+    2(X-1)/X * S*itemsize on the row rings + 2(Y-1)/(XY) * S*itemsize on the column rings, as for one
+    ring all-reduce, in 2(X-1) + 2(Y-1) steps instead of 2(XY-1).
+
+    Args:
+        tensors: list of dense ``tf.Tensor`` / ``tf.Variable`` with fully defined shapes (any rank, 0-d and
+            empty included) and dtypes float16, bfloat16, float32, float64, int32, int64. Shapes and
+            dtypes must match across ranks position by position. Horovod 0.28.1 has no bfloat16 kernels,
+            so bfloat16 tensors travel (and are summed) as float32 and are rounded back once.
+        op: ``Average`` (default) or ``Sum``. Integer Average follows Horovod: the sum times 1/N in
+            double precision, truncated toward zero.
+        name: optional name prefix of the Horovod ops (needed only to tell concurrent calls apart).
+        compression: ``Compression.none`` or ``Compression.fp16`` (floating tensors travel as float16).
+        prescale_factor, postscale_factor: multiplied in once each, before and after the sum.
+
+    Returns:
+        A list of tensors, same shapes and dtypes as ``tensors``.
+
+    Raises:
+        ValueError: an op other than Average/Sum, or a shape with an unknown dimension.
+        TypeError: an unsupported dtype (the message names it), or a tf.IndexedSlices.
+        RuntimeError: ``init()`` was not called.
+        Horovod's error (``tf.errors.FailedPreconditionError`` or similar): shapes that differ across ranks.
+    """
+    sets = torus_process_sets()
+    op = _check_op(op)
+    tensors = list(tensors)
+    for t in tensors:
+        if isinstance(t, tf.IndexedSlices):
+            raise TypeError("grouped_torus_allreduce takes dense tensors; convert tf.IndexedSlices with "
+                            "tf.convert_to_tensor or use sparse_as_dense=True")
+    tensors = [tf.convert_to_tensor(t) for t in tensors]
+    for t in tensors:
+        if t.dtype not in SUPPORTED_DTYPES:
+            raise TypeError(f"torus all-reduce does not support dtype {t.dtype.name}: supported are "
+                            f"{', '.join(d.name for d in SUPPORTED_DTYPES)}; cast the tensor first")
+    if not tensors:
+        return []
+    n = sets.grid.size
+    post = postscale_factor / n if op == Average else postscale_factor
+    compressed, ctxs = zip(*(compression.compress(t) for t in tensors))
+    upcast = [t.dtype == tf.bfloat16 for t in compressed]
+    compressed = [tf.cast(t, tf.float32) if up else t for t, up in zip(compressed, upcast)]
+    groups = plan_fusion([t.shape.as_list() for t in compressed], [t.dtype.name for t in compressed],
+                         sets.grid.x)
+    results = [None] * len(tensors)
+    for g in groups:
+        members = [compressed[i] for i in g.indices]
+        if g.total == 0:
+            reduced = members
+        else:
+            suffix = f"{name}_{g.dtype}" if name else None
+            buf = _pack(members, g)
+            out = _torus_sum(buf, sets, prescale_factor, post, suffix)
+            reduced = _unpack(out, g)
+        for i, r in zip(g.indices, reduced):
+            if upcast[i]:
+                r = tf.cast(r, tf.bfloat16)
+            results[i] = compression.decompress(r, ctxs[i])
+    return results
+
+
+def _check_op(op):
+    if op is None:
+        return Average
+    if op not in (Average, Sum):
+        raise ValueError(f"torus all-reduce supports op=Average or op=Sum, got op={op!r}; use "
+                         f"horovod.tensorflow.allreduce (strategy='ring') for Min/Max/Product/Adasum")
+    return op
+
+
+def _pack(members, g):
+    """Flatten and concatenate the members of one FusionGroup (a reshape only, for one member)."""
+    flat = [tf.reshape(t, [-1]) for t in members]
+    return flat[0] if len(flat) == 1 else tf.concat(flat, axis=0)
+
+
+def _unpack(buf, g):
+    """Inverse of _pack: split the buffer and restore each member's shape."""
+    parts = [buf] if len(g.counts) == 1 else tf.split(buf, list(g.counts), axis=0)
+    return [tf.reshape(p, s) for p, s in zip(parts, g.shapes)]
+
+
+def _torus_sum(buf, sets, prescale, postscale, name):
+    """The three phases on one flat buffer (1-D, same length on every rank)."""
+    row, column = sets.row, sets.column
+    if row is None and column is None:  # a single rank: Horovod's own op applies the scaling
+        return _hvd.allreduce(buf, op=Sum, prescale_factor=prescale, postscale_factor=postscale,
+                              name=name and f"{name}_ar")
+    shard = buf
+    if row is not None:
+        shard = _hvd.reducescatter(shard, op=Sum, process_set=row, name=name and f"{name}_rs",
+                                   prescale_factor=prescale,
+                                   postscale_factor=postscale if column is None else 1.0)
+    if column is not None:
+        shard = _hvd.allreduce(shard, op=Sum, process_set=column, name=name and f"{name}_ar",
+                               prescale_factor=prescale if row is None else 1.0,
+                               postscale_factor=postscale)
+    if row is not None:
+        shard = _hvd.allgather(shard, process_set=row, name=name and f"{name}_ag")
+    return shard

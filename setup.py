@@ -1,0 +1,21 @@
+"""horovod-torus: 2D-Torus all-reduce for Horovod, a Keras 3 drop-in layer, and a ResNet-50 app."""
+from setuptools import find_packages, setup
+
+setup(
+    name="horovod-torus",
+    version="0.1.0",
+    description="2D-Torus all-reduce (Mikami et al. 2018) as a Horovod extension, with a Keras 3 "
+                "drop-in DistributedOptimizer and a ResNet-50 training app",
+    long_description=open("README.md").read() if __import__("os").path.exists("README.md") else "",
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_packages(include=["horovod_torus", "horovod_torus.*", "keras_app", "keras_app.*"]),
+    # Horovod itself must be built against the installed TensorFlow (see README / `make setup`).
+    install_requires=["numpy", "mpi4py"],
+    extras_require={"app": ["tensorflow-datasets", "matplotlib"]},
+    entry_points={"console_scripts": [
+        "horovod-torus-bench=horovod_torus.bench.__main__:main",
+        "horovod-torus-plan=horovod_torus.plan:main",
+    ]},
+    license="Apache-2.0",
+)

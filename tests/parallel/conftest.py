@@ -1,0 +1,26 @@
+"""Multi-rank tests: every rank of a real mpirun/horovodrun launch runs the same tests in the same order.
+
+Horovod is initialised once per process with the grid from HOROVOD_TORUS_GRID (set per launch by
+tests/parallel/run_all.sh). Tests run every collective before asserting, so a failed assertion on one
+rank never leaves the other ranks waiting.
+"""
+import os
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def hvd():
+    import horovod_torus.tensorflow as hvd
+
+    hvd.init()
+    return hvd
+
+
+@pytest.fixture(scope="session")
+def world(hvd):
+    return hvd.size(), hvd.rank()
+
+
+def pytest_report_header(config):
+    return f"torus grid {os.environ.get('HOROVOD_TORUS_GRID', 'default')}"

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Runs every multi-rank launch listed in tests/parallel/launches.tsv, for real, under mpirun (MPI
+# controller) or horovodrun (Gloo controller), and prints how many tests ran on each launcher.
+# Usage: tests/parallel/run_all.sh [FILTER]   (FILTER: a regex on the launch row, e.g. "horovodrun.*2x2")
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+export PYTHON="${PYTHON:-$PWD/.venv/bin/python}"
+export PATH="$(dirname "$PYTHON"):$PATH"
+export TF_CPP_MIN_LOG_LEVEL=2 PYTHONWARNINGS=ignore OMPI_MCA_rmaps_base_oversubscribe=1
+export HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=${HOROVOD_STALL_SHUTDOWN_TIME_SECONDS:-120}
+LAUNCH_TIMEOUT=${LAUNCH_TIMEOUT:-900}
+filter=${1:-.}
+logroot=$(mktemp -d /tmp/horovod-torus-parallel.XXXXXX)
+declare -A passed failed launches
+total_fail=0; total_pass=0; bad_launches=0
+while IFS=$'\t' read -r launcher np grid targets; do
+  [[ -z "$launcher" || "$launcher" == \#* ]] && continue
+  [[ "$launcher	$np	$grid	$targets" =~ $filter ]] || continue
+  logdir="$logroot/$launcher-np$np-$grid"; mkdir -p "$logdir"
+  echo "== $launcher -np $np grid $grid: $targets"
+  case "$launcher" in
+    mpirun) cmd=(mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$np"
+                 -x HOROVOD_TORUS_GRID="$grid" -x PAR_LOGDIR="$logdir" -x PYTHON -x PATH
+                 -x TF_CPP_MIN_LOG_LEVEL -x PYTHONWARNINGS -x HOROVOD_STALL_SHUTDOWN_TIME_SECONDS
+                 bash tests/parallel/rank_pytest.sh $targets) ;;
+    horovodrun) cmd=(env HOROVOD_TORUS_GRID="$grid" PAR_LOGDIR="$logdir"
+                 horovodrun --gloo -np "$np" -H "localhost:$np" --disable-cache
+                 bash tests/parallel/rank_pytest.sh $targets) ;;
+    *) echo "unknown launcher '$launcher' in launches.tsv" >&2; exit 2 ;;
+  esac
+  timeout --kill-after=30 "$LAUNCH_TIMEOUT" "${cmd[@]}" > "$logdir/launcher.log" 2>&1 < /dev/null
+  rc=$?
+  summary=$(grep -E "^[0-9]+ (passed|failed)|(passed|failed).* in [0-9.]+s" "$logdir/rank0.log" 2>/dev/null | tail -1)
+  p=$(grep -oE "[0-9]+ passed" <<<"$summary" | grep -oE "[0-9]+" || echo 0)
+  f=$(grep -oE "[0-9]+ (failed|error)" <<<"$summary" | awk "{s+=\$1} END {print s+0}")
+  [ -z "$f" ] && f=0
+  if [ "$rc" -ne 0 ] || [ "$p" -eq 0 ]; then
+    bad_launches=$((bad_launches + 1))
+    echo "   FAILED (exit $rc): logs in $logdir"; tail -n 30 "$logdir/launcher.log"
+    for r in "$logdir"/rank*.log; do grep -E "^(FAILED|ERROR)|Error" "$r" | head -5 | sed "s|^|   $(basename "$r"): |"; done
+  fi
+  echo "   rank 0: ${summary:-no pytest summary}"
+  passed[$launcher]=$(( ${passed[$launcher]:-0} + p )); failed[$launcher]=$(( ${failed[$launcher]:-0} + f ))
+  launches[$launcher]=$(( ${launches[$launcher]:-0} + 1 ))
+  total_pass=$((total_pass + p)); total_fail=$((total_fail + f))
+done < tests/parallel/launches.tsv
+echo "== multi-rank tests per launcher (each test ran on every rank of its launch)"
+for l in "${!launches[@]}"; do
+  echo "   $l: ${launches[$l]} launches, ${passed[$l]} tests passed, ${failed[$l]} failed"
+done
+echo "parallel: $total_pass passed, $total_fail failed"
+[ "$bad_launches" -eq 0 ] && [ "$total_fail" -eq 0 ] && [ "$total_pass" -gt 0 ]

@@ -1,0 +1,129 @@
+"""torus_allreduce / grouped_torus_allreduce against Horovod's flat hvd.allreduce and numpy, per rank."""
+import numpy as np
+import pytest
+import tensorflow as tf
+import horovod.tensorflow as flat_hvd
+
+DTYPES = ["float16", "bfloat16", "float32", "float64", "int32", "int64"]
+SHAPES = [(), (0,), (1,), (2,), (3,), (5, 7), (2, 3, 4), (1001,)]
+
+
+def rank_input(rank, shape, dtype, seed=0):
+    """Deterministic, rank-dependent input: every rank can compute every other rank's tensor."""
+    rng = np.random.default_rng(seed * 1000 + 17)
+    base = rng.integers(-8, 9, size=shape)
+    return (base * (rank + 1) + rank).astype(np.float64 if dtype == "bfloat16" else dtype)
+
+
+def expected_sum(size, shape, dtype, seed=0):
+    return np.sum([rank_input(r, shape, dtype, seed).astype(np.float64) for r in range(size)], axis=0)
+
+
+def tol(dtype, size, magnitude):
+    """Tolerance that scales with the rank count: N additions, each rounding by one ulp of the result."""
+    eps = {"float16": 2 ** -10, "bfloat16": 2 ** -7, "float32": 2 ** -23, "float64": 2 ** -52}.get(dtype, 0)
+    return eps * size * max(1.0, magnitude) * 2
+
+
+def as_tf(array, dtype):
+    return tf.cast(tf.constant(array), getattr(tf, dtype))
+
+
+def to_np(t):
+    return tf.cast(t, tf.float64).numpy() if t.dtype in (tf.bfloat16, tf.float16) else t.numpy()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("op", ["Sum", "Average"])
+def test_every_dtype_op_and_shape_matches_flat_allreduce(hvd, world, dtype, op):
+    size, rank = world
+    hop = getattr(hvd, op)
+    inputs = [as_tf(rank_input(rank, s, dtype, i), dtype) for i, s in enumerate(SHAPES)]
+    torus = [hvd.torus_allreduce(t, op=hop) for t in inputs]
+    # Horovod 0.28.1 has no bfloat16 kernels: that dtype is checked against numpy alone.
+    flat = None if dtype == "bfloat16" else [flat_hvd.allreduce(t, op=hop) for t in inputs]
+    for i, (shape, out) in enumerate(zip(SHAPES, torus)):
+        assert out.shape == shape and out.dtype == inputs[i].dtype
+        exp = expected_sum(size, shape, dtype, i)
+        if op == "Average":
+            exp = np.trunc(exp / size) if dtype.startswith("int") else exp / size
+        mag = float(np.max(np.abs(exp))) if exp.size else 0.0
+        np.testing.assert_allclose(to_np(out), exp, rtol=0, atol=tol(dtype, size, mag) + (0 if dtype.startswith("int") else 0))
+        if flat is not None:
+            np.testing.assert_allclose(to_np(out), to_np(flat[i]), rtol=0, atol=tol(dtype, size, mag))
+
+
+def test_grouped_mixed_dtypes_inside_tf_function(hvd, world):
+    size, rank = world
+    specs = [((3, 3), "float32"), ((), "int64"), ((0, 2), "float32"), ((4,), "float64"), ((2,), "int32"),
+             ((5,), "float16"), ((1,), "float32"), ((6,), "bfloat16")]
+    inputs = [as_tf(rank_input(rank, s, d, i), d) for i, (s, d) in enumerate(specs)]
+
+    @tf.function
+    def step(ts):
+        return hvd.grouped_torus_allreduce(ts, op=hvd.Sum, name="grouped")
+
+    out = step(inputs)
+    flat = [flat_hvd.allreduce(t, op=hvd.Sum) for t, (_, d) in zip(inputs, specs) if d != "bfloat16"]
+    flat_iter = iter(flat)
+    for i, ((shape, d), o) in enumerate(zip(specs, out)):
+        exp = expected_sum(size, shape, d, i)
+        assert o.shape == shape and o.dtype == inputs[i].dtype
+        mag = float(np.max(np.abs(exp))) if exp.size else 0.0
+        np.testing.assert_allclose(to_np(o), exp, rtol=0, atol=tol(d, size, mag))
+        if d != "bfloat16":
+            np.testing.assert_allclose(to_np(o), to_np(next(flat_iter)), rtol=0, atol=tol(d, size, mag))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "float16"])
+def test_prescale_and_postscale_applied_once(hvd, world, dtype):
+    size, rank = world
+    t = as_tf(rank_input(rank, (4, 3), dtype), dtype)
+    kw = dict(prescale_factor=0.5, postscale_factor=3.0)
+    torus = [hvd.torus_allreduce(t, op=op, **kw) for op in (hvd.Sum, hvd.Average)]
+    flat = [flat_hvd.allreduce(t, op=op, **kw) for op in (hvd.Sum, hvd.Average)]
+    for a, b in zip(torus, flat):
+        mag = float(np.max(np.abs(to_np(b))))
+        np.testing.assert_allclose(to_np(a), to_np(b), rtol=0, atol=tol(dtype, size, mag) * 4)
+    if dtype in ("float32", "float64"):
+        exp = expected_sum(size, (4, 3), dtype) * 0.5 * 3.0
+        np.testing.assert_allclose(to_np(torus[0]), exp, rtol=1e-6)
+        np.testing.assert_allclose(to_np(torus[1]), exp / size, rtol=1e-6)
+
+
+def test_fp16_compression(hvd, world):
+    size, rank = world
+    t = as_tf(rank_input(rank, (17,), "float32") / 7.0, "float32")
+    out = hvd.torus_allreduce(t, op=hvd.Average, compression=hvd.Compression.fp16)
+    ref = flat_hvd.allreduce(t, op=hvd.Average, compression=hvd.Compression.fp16)
+    assert out.dtype == tf.float32
+    exp = expected_sum(size, (17,), "float32") / 7.0 / size
+    np.testing.assert_allclose(out.numpy(), exp, rtol=0, atol=tol("float16", size, np.abs(exp).max()) * 4)
+    np.testing.assert_allclose(out.numpy(), ref.numpy(), rtol=0, atol=tol("float16", size, np.abs(exp).max()) * 4)
+
+
+def test_large_buffer_of_many_gradients(hvd, world):
+    """A step's worth of gradients (ResNet-like shapes) in one grouped call, in tf.function."""
+    size, rank = world
+    shapes = [(3, 3, 16, 32), (32,), (32,), (1, 1, 32, 64), (64,), (640, 10), (10,)]
+    rng = np.random.default_rng(rank)
+    inputs = [tf.constant(rng.normal(size=s).astype(np.float32)) for s in shapes]
+    out = tf.function(lambda ts: hvd.grouped_torus_allreduce(ts))(inputs)
+    ref = flat_hvd.grouped_allreduce(inputs)
+    for o, r in zip(out, ref):
+        np.testing.assert_allclose(o.numpy(), r.numpy(), rtol=1e-5, atol=1e-6 * size)
+    assert not np.allclose(out[0].numpy(), inputs[0].numpy())  # really reduced, not passed through
+
+
+def test_unsupported_dtype_raises_type_error_naming_it(hvd):
+    with pytest.raises(TypeError, match="uint8"):
+        hvd.torus_allreduce(tf.zeros([3], tf.uint8))
+    with pytest.raises(TypeError, match="complex64"):
+        hvd.grouped_torus_allreduce([tf.zeros([2]), tf.zeros([3], tf.complex64)])
+
+
+def test_unsupported_op_and_sparse_input(hvd):
+    with pytest.raises(ValueError, match="op=Average or op=Sum"):
+        hvd.torus_allreduce(tf.zeros([3]), op=flat_hvd.Max)
+    with pytest.raises(TypeError, match="IndexedSlices"):
+        hvd.torus_allreduce(tf.IndexedSlices(tf.zeros([1, 2]), tf.constant([0]), tf.constant([3, 2])))

@@ -1,0 +1,62 @@
+"""horovod_torus.mpi.torus_allreduce (mpi4py/numpy) against MPI_Allreduce on the world communicator."""
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+from horovod_torus.mpi import TorusComm, torus_allreduce
+from horovod_torus.topology import TorusTopology
+
+COMM = MPI.COMM_WORLD
+SHAPES = [(), (0,), (1,), (3,), (4, 5), (1001,), (2, 3, 4)]
+
+
+def rank_input(rank, shape, dtype, seed):
+    rng = np.random.default_rng(seed)
+    return (rng.integers(-9, 10, size=shape) * (rank + 1) + rank).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "int64"])
+@pytest.mark.parametrize("op", [MPI.SUM, MPI.MAX, MPI.MIN])
+def test_matches_mpi_allreduce(dtype, op):
+    size, rank = COMM.Get_size(), COMM.Get_rank()
+    for i, shape in enumerate(SHAPES):
+        send = rank_input(rank, shape, dtype, i)
+        out = torus_allreduce(COMM, send, op=op)
+        ref = np.empty_like(send)
+        COMM.Allreduce(send, ref, op=op)
+        assert out.shape == send.shape and out.dtype == send.dtype
+        tol = np.finfo(dtype).eps * size * max(1.0, float(np.abs(ref).max(initial=0))) * 2 if "float" in dtype else 0
+        np.testing.assert_allclose(out, ref, rtol=0, atol=tol)
+        if op == MPI.SUM:  # and against numpy, computed from every rank's (known) input
+            exp = np.sum([rank_input(r, shape, "float64", i) for r in range(size)], axis=0)
+            np.testing.assert_allclose(out, exp, rtol=0, atol=tol)
+
+
+def test_in_place_and_non_contiguous_output():
+    size, rank = COMM.Get_size(), COMM.Get_rank()
+    buf = np.full(7, rank + 1, dtype=np.float64)
+    torus_allreduce(COMM, buf, recvbuf=buf)
+    np.testing.assert_array_equal(buf, np.full(7, size * (size + 1) / 2))
+    out = np.zeros((4, 6), np.float32)[:, ::2]  # non-contiguous view
+    torus_allreduce(COMM, np.ones((4, 3), np.float32), recvbuf=out)
+    np.testing.assert_array_equal(out, np.full((4, 3), size, np.float32))
+
+
+def test_explicit_torus_comm_reused():
+    size = COMM.Get_size()
+    tc = TorusComm.create(COMM, TorusTopology.from_world(size))
+    assert tc.row.Get_size() == tc.grid.x and tc.column.Get_size() == tc.grid.y
+    for _ in range(3):
+        np.testing.assert_array_equal(torus_allreduce(tc, np.arange(5.0)), np.arange(5.0) * size)
+    tc.free()
+
+
+def test_bad_grid_raises_on_every_rank_before_communicating():
+    size = COMM.Get_size()
+    with pytest.raises(ValueError, match=rf"ranks but the world size is {size}"):
+        torus_allreduce(COMM, np.ones(3), grid=TorusTopology(size + 1, 1))
+    with pytest.raises(ValueError, match="malformed"):
+        torus_allreduce(COMM, np.ones(3), grid="2by2")
+    with pytest.raises(TypeError, match="dtype float16 has no MPI datatype"):
+        torus_allreduce(COMM, np.ones(3, dtype=np.float16))
+    COMM.Barrier()  # every rank reached this point: nobody is stuck in a collective

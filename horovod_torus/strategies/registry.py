@@ -1,0 +1,121 @@
+"""The strategy registry: named all-reduce strategies the drop-in layer reduces gradients with.
+
+A *strategy* is a callable with the trailing arguments of every Horovod collective::
+
+    fn(tensors: list[tf.Tensor], op, name, compression, prescale_factor, postscale_factor) -> list[tf.Tensor]
+
+It all-reduces a list of dense tensors over **all** ranks and returns a list of the same length, shapes and
+dtypes, equal to ``postscale_factor * op_k(prescale_factor * tensors_k)`` over the N ranks k (``op`` is
+``horovod.tensorflow.Average`` or ``Sum``; Average divides exactly once by N). The optimizer and the tape
+call it ONCE per step with all the step's dense gradients, so a strategy is free to fuse them.
+The reference strategy ``"ring"`` (Horovod's flat ``grouped_allreduce``) defines correctness: any other
+strategy must give the same values up to floating-point reassociation.
+
+This module has no TensorFlow or Horovod import; the built-ins are registered by ``horovod_torus.strategies``.
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Callable
+
+__all__ = ["register_strategy", "get_strategy", "available_strategies", "resolve_strategy",
+           "STRATEGY_ARGS"]
+
+#: The positional parameters every strategy accepts, in this order.
+STRATEGY_ARGS = ("tensors", "op", "name", "compression", "prescale_factor", "postscale_factor")
+
+_REGISTRY: dict[str, Callable] = {}
+_BUILTIN: set[str] = set()
+
+
+def _check_callable(fn, label: str) -> None:
+    if not callable(fn):
+        raise TypeError(f"strategy {label} must be callable, got {fn!r} ({type(fn).__name__})")
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):  # builtins without a signature: nothing more to check
+        return
+    try:
+        sig.bind(*[None] * len(STRATEGY_ARGS))
+        sig.bind(**{a: None for a in STRATEGY_ARGS})
+    except TypeError as exc:
+        raise TypeError(
+            f"strategy {label} = {getattr(fn, '__qualname__', fn)!r}{sig} cannot be called as "
+            f"fn({', '.join(STRATEGY_ARGS)}) by position and by keyword ({exc}); give it exactly these "
+            f"parameters (see horovod_torus.strategies.registry)") from None
+
+
+def register_strategy(name: str, fn: Callable, *, overwrite: bool = False) -> Callable:
+    """Register ``fn`` as the all-reduce strategy called ``name``.
+
+    Args:
+        name: a non-empty string without whitespace, e.g. ``"my_hierarchical"``.
+        fn: ``fn(tensors, op, name, compression, prescale_factor, postscale_factor) -> list`` (see the
+            module docstring); checked here, when registered, to accept those six arguments by position
+            and by keyword.
+        overwrite: replace a user strategy already registered under ``name``. The built-ins
+            ``"ring"`` and ``"torus"`` can never be replaced.
+
+    Returns:
+        ``fn`` (so this can be used as a decorator through ``functools.partial``).
+
+    Raises:
+        ValueError: ``name`` is empty, has whitespace, is a built-in, or is taken and ``overwrite`` is False.
+        TypeError: ``name`` is not a string, ``fn`` is not callable or has the wrong parameters.
+
+    Example::
+
+        from horovod_torus.strategies import register_strategy, get_strategy
+        def sum_then_scale(tensors, op, name, compression, prescale_factor, postscale_factor):
+            return get_strategy("ring")(tensors, op, name, compression, prescale_factor, postscale_factor)
+        register_strategy("mine", sum_then_scale)
+        opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), strategy="mine")
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"strategy name must be a str, got {name!r} ({type(name).__name__})")
+    if not name or name != name.strip() or any(c.isspace() for c in name):
+        raise ValueError(f"strategy name {name!r} must be non-empty and contain no whitespace")
+    if name in _BUILTIN:
+        raise ValueError(f"strategy {name!r} is built in and cannot be replaced; register yours under "
+                         f"another name")
+    if name in _REGISTRY and not overwrite:
+        raise ValueError(f"strategy {name!r} is already registered; pass overwrite=True to replace it")
+    _check_callable(fn, repr(name))
+    _REGISTRY[name] = fn
+    return fn
+
+
+def _register_builtin(name: str, fn: Callable) -> None:
+    _check_callable(fn, repr(name))
+    _REGISTRY[name] = fn
+    _BUILTIN.add(name)
+
+
+def get_strategy(name: str) -> Callable:
+    """The strategy registered under ``name``.
+
+    Raises:
+        ValueError: no strategy has that name (the message lists the registered ones).
+        TypeError: ``name`` is not a string.
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"strategy name must be a str, got {name!r} ({type(name).__name__})")
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown all-reduce strategy {name!r}: registered are "
+                         f"{', '.join(map(repr, available_strategies()))}; add yours with "
+                         f"horovod_torus.strategies.register_strategy(name, fn)") from None
+
+
+def available_strategies() -> tuple[str, ...]:
+    """Names of the registered strategies, sorted."""
+    return tuple(sorted(_REGISTRY))
+
+
+def resolve_strategy(strategy) -> Callable:
+    """A strategy from a registered name or a callable (checked like :func:`register_strategy`)."""
+    if isinstance(strategy, str):
+        return get_strategy(strategy)
+    _check_callable(strategy, "argument")
+    return strategy

@@ -1,0 +1,173 @@
+"""``DistributedOptimizer`` for Keras 3: reduces each step's gradients through a strategy, then applies them.
+
+Keras 3 routes every update through ``Optimizer.apply(grads, trainable_variables)`` (``apply_gradients``
+and ``model.fit``'s train step both end there), so that is the one method overridden. As in Horovod, the
+wrapped optimizer becomes an instance of a dynamically created subclass of its own class, with the same
+class name and module, so a saved model loads back without horovod_torus.
+"""
+from __future__ import annotations
+
+import horovod.tensorflow as _hvd
+import keras
+import tensorflow as tf
+
+from horovod_torus.strategies import DEFAULT_STRATEGY
+from horovod_torus.tensorflow.gradients import GradientReducer, check_process_set, normalize_groups
+
+__all__ = ["DistributedOptimizer", "is_distributed_optimizer"]
+
+Average, Compression = _hvd.Average, _hvd.Compression
+
+
+class _DistributedOptimizerMixin:
+    """Methods added in front of the wrapped optimizer's class (see :func:`DistributedOptimizer`)."""
+
+    _hvd_reducer: GradientReducer
+    _hvd_passes: int = 1
+    _hvd_average_aggregated: bool = False
+
+    def register_local_var(self, var):
+        """Registers a variable as local to this rank: its gradient is not all-reduced."""
+        self._hvd_reducer.register_local_var(var)
+
+    def build(self, variables):
+        super().build(variables)
+        if self._hvd_passes > 1:
+            self._hvd_accumulators = [
+                self.add_variable_from_reference(v, name="hvd_accumulated_gradient")
+                for v in self._trainable_variables]
+            self._hvd_counter = self.add_variable(shape=(), dtype="int64", initializer="zeros",
+                                                  name="hvd_backward_passes")
+
+    def apply(self, grads, trainable_variables=None):
+        grads = list(grads)
+        if not grads:
+            return super().apply(grads, trainable_variables)
+        if trainable_variables is not None:
+            trainable_variables = list(trainable_variables)
+            if not self.built:
+                with keras.name_scope(self.name, caller=self):
+                    self.build(trainable_variables)
+                self.built = True
+            variables = trainable_variables
+        elif self.built:
+            variables = list(self._trainable_variables)
+        else:
+            raise ValueError("call optimizer.build(trainable_variables) or pass trainable_variables "
+                             "to apply() before the first step")
+        if self._hvd_passes == 1:
+            return super().apply(self._hvd_reducer(grads, variables), trainable_variables)
+        return self._hvd_apply_accumulated(grads, variables, trainable_variables)
+
+    def _hvd_apply_accumulated(self, grads, variables, trainable_variables):
+        """backward_passes_per_step > 1: sum locally, all-reduce and apply on every k-th call."""
+        accs = [self._hvd_accumulators[self._get_variable_index(v)] for v in variables]
+        for g, acc in zip(grads, accs):
+            if g is not None:
+                acc.assign_add(tf.convert_to_tensor(g, dtype=acc.dtype))
+        count = self._hvd_counter.assign_add(1)
+        passes = self._hvd_passes
+
+        def update():
+            scale = 1.0 / passes if self._hvd_average_aggregated else 1.0
+            summed = [None if g is None else tf.convert_to_tensor(acc) * scale
+                      for g, acc in zip(grads, accs)]
+            super(_DistributedOptimizerMixin, self).apply(self._hvd_reducer(summed, variables),
+                                                          trainable_variables)
+            for g, acc in zip(grads, accs):
+                if g is not None:
+                    acc.assign(tf.zeros_like(acc))
+            return tf.constant(True)
+
+        def skip():
+            self.iterations.assign_add(1)
+            return tf.constant(False)
+
+        return tf.cond(tf.equal(tf.math.floormod(count, passes), 0), update, skip)
+
+
+def is_distributed_optimizer(optimizer) -> bool:
+    """True for an optimizer returned by :func:`DistributedOptimizer`."""
+    return isinstance(optimizer, _DistributedOptimizerMixin)
+
+
+def DistributedOptimizer(optimizer, name=None, device_dense='', device_sparse='',
+                         compression=Compression.none, sparse_as_dense=False,
+                         gradient_predivide_factor=1.0, op=Average, backward_passes_per_step=1,
+                         average_aggregated_gradients=False, num_groups=0, groups=None,
+                         process_set=_hvd.global_process_set, scale_local_gradients=True, *,
+                         strategy=DEFAULT_STRATEGY):
+    """Wrap a Keras 3 optimizer so that gradients are all-reduced (through the torus by default).
+
+    Same parameters, order and defaults as ``horovod.tensorflow.keras.DistributedOptimizer`` (0.28.1);
+    ``strategy`` is the only addition, keyword-only.
+
+    Args:
+        optimizer: a ``keras.optimizers.Optimizer`` instance (``LossScaleOptimizer`` included: then the
+            scaled gradients are reduced, so a non-finite gradient on any rank makes every rank skip
+            the step together). Its state is not copied: wrap it before training.
+        name: new ``name`` of the optimizer (None keeps the wrapped optimizer's name).
+        device_dense, device_sparse: ``tf.device`` for the dense and the sparse reduction.
+        compression: ``hvd.Compression.none`` or ``hvd.Compression.fp16`` (dense gradients travel as
+            float16: half the bytes).
+        sparse_as_dense: densify ``tf.IndexedSlices`` gradients (Embedding layers) before the reduction;
+            otherwise they are all-gathered (values and indices).
+        gradient_predivide_factor: f: gradients are scaled by 1/f before the sum and f/N after it
+            (op=Average only).
+        op: ``hvd.Average`` (default) or ``hvd.Sum``.
+        backward_passes_per_step: k >= 1: gradients of k consecutive ``apply`` calls are summed locally
+            and all-reduced and applied once, on the k-th call (the other calls only advance
+            ``optimizer.iterations``).
+        average_aggregated_gradients: divide the k-step sum by k before the reduction.
+        num_groups: deprecated alias of ``groups`` (Horovod's).
+        groups: None (default: ONE strategy call reduces all of a step's gradients), an int g (g calls
+            over contiguous chunks) or a list of lists of variables (one call per list).
+        process_set: must be ``hvd.global_process_set`` (the torus spans all ranks).
+        scale_local_gradients: divide gradients of variables registered with ``register_local_var`` by N.
+        strategy: keyword-only; a registered strategy name (``"torus"``, ``"ring"``, yours) or a strategy
+            callable (see :mod:`horovod_torus.strategies`).
+
+    Returns:
+        An optimizer of a subclass of ``type(optimizer)`` with the same config.
+
+    Raises:
+        TypeError: ``optimizer`` is not a Keras 3 optimizer (the message names what was passed).
+        ValueError: an unknown strategy, backward_passes_per_step < 1, bad groups, a process set other
+            than the global set, gradient_predivide_factor with op != Average, or an optimizer that is
+            already distributed.
+
+    Example::
+
+        import keras, horovod_torus.tensorflow.keras as hvd
+        hvd.init()
+        opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.01 * hvd.size()))   # torus
+        model.compile(optimizer=opt, loss="sparse_categorical_crossentropy")
+    """
+    if not isinstance(optimizer, keras.optimizers.Optimizer):
+        hint = (" (a tf.compat.v1 / Keras 2 optimizer: use a keras.optimizers one)"
+                if hasattr(optimizer, "compute_gradients") else "")
+        raise TypeError(f"DistributedOptimizer needs a keras.optimizers.Optimizer instance, got "
+                        f"{optimizer!r} ({type(optimizer).__name__}){hint}")
+    if is_distributed_optimizer(optimizer):
+        raise ValueError(f"optimizer {optimizer.name!r} is already a DistributedOptimizer; wrap it once")
+    if isinstance(backward_passes_per_step, bool) or not isinstance(backward_passes_per_step, int) \
+            or backward_passes_per_step < 1:
+        raise ValueError(f"backward_passes_per_step={backward_passes_per_step!r} must be an int >= 1")
+    check_process_set(process_set)
+    reducer = GradientReducer(strategy=strategy, op=op, compression=compression,
+                              sparse_as_dense=sparse_as_dense,
+                              gradient_predivide_factor=gradient_predivide_factor,
+                              groups=normalize_groups(groups, num_groups), device_dense=device_dense,
+                              device_sparse=device_sparse, scale_local_gradients=scale_local_gradients,
+                              name=name or f"Distributed{type(optimizer).__name__}")
+    base = type(optimizer)
+    cls = type(base.__name__, (_DistributedOptimizerMixin, base),
+               {"__module__": base.__module__, "__qualname__": base.__qualname__})
+    config = optimizer.get_config()
+    if name is not None:
+        config["name"] = name
+    dist = cls.from_config(config)
+    dist._hvd_reducer = reducer
+    dist._hvd_passes = backward_passes_per_step
+    dist._hvd_average_aggregated = bool(average_aggregated_gradients)
+    return dist

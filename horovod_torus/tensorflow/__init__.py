@@ -2,6 +2,9 @@
 
 ``import horovod_torus.tensorflow as hvd`` in place of ``import horovod.tensorflow as hvd``;
 call ``hvd.init()`` (which registers the torus row/column process sets) before any collective.
+``allreduce``, ``grouped_allreduce`` and ``DistributedGradientTape`` have Horovod's signatures and reduce
+through the torus; a keyword-only ``strategy=`` picks another registered strategy (``"ring"``: Horovod's
+own flat all-reduce). ``broadcast_variables`` also accepts Keras 3 variables.
 """
 from horovod.tensorflow import (  # noqa: F401  (re-exported: the names Horovod users touch)
     Average, Compression, ProcessSet, Sum, allgather, broadcast, global_process_set, is_initialized,
@@ -13,3 +16,7 @@ from horovod_torus.tensorflow.collectives import (  # noqa: F401
 )
 from horovod_torus.tensorflow.runtime import grid, init, shutdown, torus_process_sets  # noqa: F401
 from horovod_torus.topology import TorusTopology  # noqa: F401
+from horovod_torus.strategies import available_strategies, get_strategy, register_strategy  # noqa: F401
+from horovod_torus.tensorflow.reductions import allreduce, grouped_allreduce  # noqa: F401
+from horovod_torus.tensorflow.variables import broadcast_variables  # noqa: F401
+from horovod_torus.tensorflow.gradient_tape import DistributedGradientTape  # noqa: F401

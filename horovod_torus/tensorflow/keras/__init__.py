@@ -10,6 +10,8 @@ from horovod.tensorflow import (  # noqa: F401  (the names horovod.tensorflow.ke
     rank, size,
 )
 from horovod.tensorflow.compression import Compression  # noqa: F401
+import horovod.tensorflow as _hvd_tf
+import tensorflow as tf
 
 from horovod_torus.strategies import available_strategies, get_strategy, register_strategy  # noqa: F401
 from horovod_torus.tensorflow.collectives import grouped_torus_allreduce, torus_allreduce  # noqa: F401
@@ -17,3 +19,25 @@ from horovod_torus.tensorflow.keras.optimizer import (  # noqa: F401
     DistributedOptimizer, is_distributed_optimizer,
 )
 from horovod_torus.tensorflow.runtime import grid, init, shutdown, torus_process_sets  # noqa: F401
+from horovod_torus.tensorflow.keras import callbacks  # noqa: F401,E402
+from horovod_torus.tensorflow.reductions import allreduce as _allreduce  # noqa: E402
+from horovod_torus.tensorflow.variables import broadcast_variables  # noqa: F401,E402
+
+
+def allreduce(value, name=None, average=None, prescale_factor=1.0, postscale_factor=1.0, op=None,
+              compression=Compression.none, *, strategy="torus"):
+    """``horovod.tensorflow.keras.allreduce``: all-reduce a tensor-compatible value (eager), through
+    ``strategy`` (keyword-only, ``"torus"`` by default). Returns a tensor of the value's shape."""
+    return _allreduce(tf.constant(value, name=name), average=average, compression=compression, op=op,
+                      prescale_factor=prescale_factor, postscale_factor=postscale_factor,
+                      strategy=strategy)
+
+
+def allgather(value, name=None):
+    """``horovod.tensorflow.keras.allgather``: concatenate the ranks' values along dimension 0."""
+    return _hvd_tf.allgather(tf.constant(value, name=name))
+
+
+def broadcast(value, root_rank, name=None):
+    """``horovod.tensorflow.keras.broadcast``: rank ``root_rank``'s value on every rank."""
+    return _hvd_tf.broadcast(tf.constant(value, name=name), root_rank)

@@ -1,0 +1,187 @@
+"""The all-reduce benchmark loop: for every (strategy, size), warm up, time, check, gather over ranks.
+
+Timing protocol, identical for every strategy so that ratios are fair:
+
+1. build the input (rank-dependent small integers, exact in every dtype, see :func:`rank_input`) and,
+   for TensorFlow strategies, trace the ``tf.function`` (tracing is never timed);
+2. ``warmup`` untimed iterations;
+3. a barrier, then ``iters`` timed iterations; this rank's time = elapsed / iters;
+4. check the last output against the exact expected sum (``check``): #wrong = differing elements;
+5. gather (time, #wrong) from every rank: the row has time min/avg/max over ranks, and #wrong summed.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+
+from horovod_torus.bench.report import DTYPES, Row
+from horovod_torus.bench.reducers import MPI_STRATEGIES, TF_STRATEGIES, mpi_reduce_fn, tf_reduce_fn
+
+__all__ = ["BenchConfig", "rank_input", "expected_sum", "count_wrong", "run_strategy"]
+
+# Largest integer every value up to which the dtype represents exactly (sums stay integers).
+_EXACT = {"float16": 2 ** 11, "bfloat16": 2 ** 8, "float32": 2 ** 24, "float64": 2 ** 53,
+          "int32": 2 ** 31 - 1, "int64": 2 ** 63 - 1}
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchConfig:
+    """Resolved benchmark settings (the CLI flags, validated).
+
+    Attributes:
+        sizes: message sizes in bytes per rank, ascending.
+        iters: timed iterations per row (-n), >= 1.
+        warmup: untimed iterations before the timed loop (-w), >= 0.
+        check: compare every row's result with the exact sum (-c).
+        dtype: element type (-d), a key of report.DTYPES.
+        strategies: names from reducers.STRATEGIES, in the order to run.
+        grid: ``"XxY"`` or None (the default grid of horovod_torus).
+    """
+
+    sizes: tuple
+    iters: int = 20
+    warmup: int = 5
+    check: bool = True
+    dtype: str = "float32"
+    strategies: tuple = ("torus", "ring", "mpi-torus", "mpi")
+    grid: str | None = None
+
+    def __post_init__(self):
+        if self.iters < 1:
+            raise ValueError(f"iterations -n {self.iters} must be >= 1")
+        if self.warmup < 0:
+            raise ValueError(f"warm-up iterations -w {self.warmup} must be >= 0")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype {self.dtype!r} is not one of {', '.join(DTYPES)}")
+        unknown = [s for s in self.strategies if s not in TF_STRATEGIES + MPI_STRATEGIES]
+        if unknown or not self.strategies:
+            raise ValueError(f"strategies {list(self.strategies)} invalid: choose among "
+                             f"{', '.join(TF_STRATEGIES + MPI_STRATEGIES)}")
+
+    def counts(self) -> list[int]:
+        """Element count per size (size // itemsize); sizes below one element are dropped."""
+        item = DTYPES[self.dtype]
+        return [s // item for s in self.sizes if s // item > 0]
+
+
+def _modulus(dtype: str, nranks: int) -> int:
+    """Inputs take values 0..m-1; m = 3 when 2N is exact in the dtype, else 2 (sum <= N)."""
+    if 2 * nranks <= _EXACT[dtype]:
+        return 3
+    if nranks <= _EXACT[dtype]:
+        return 2
+    raise ValueError(f"{nranks} ranks overflow the exact integer range of {dtype} "
+                     f"({_EXACT[dtype]}): the sum could not be checked exactly; use -d float32")
+
+
+def rank_input(count: int, rank: int, nranks: int, dtype: str) -> np.ndarray:
+    """Rank ``rank``'s input: element i = (i + rank) % m (m = 3, or 2 for huge N in half precision).
+
+    Every partial sum is a small integer, exact in every supported dtype whatever the summation order,
+    so the result can be compared with the expected sum exactly. Returned as float64 or int64 (the
+    caller casts to the benchmark dtype).
+    """
+    m = _modulus(dtype, nranks)
+    kind = np.int64 if dtype.startswith("int") else np.float64
+    return ((np.arange(count, dtype=np.int64) + rank) % m).astype(kind)
+
+
+def expected_sum(count: int, nranks: int, dtype: str) -> np.ndarray:
+    """The exact all-reduce sum of :func:`rank_input` over ``nranks`` ranks (float64 or int64)."""
+    m = _modulus(dtype, nranks)
+    per_phase = np.array([sum((j + r) % m for r in range(nranks)) for j in range(m)], np.int64)
+    kind = np.int64 if dtype.startswith("int") else np.float64
+    return per_phase[np.arange(count) % m].astype(kind)
+
+
+def count_wrong(result, expected) -> int:
+    """Elements of ``result`` (any dtype, compared as float64/int64) that differ from ``expected``."""
+    res = np.asarray(result).reshape(-1)
+    res = res.astype(expected.dtype)
+    if res.shape != expected.shape:
+        return int(expected.size)
+    return int(np.count_nonzero(res != expected))
+
+
+def _time_loop(step, iters, warmup, barrier, sync):
+    for _ in range(warmup):
+        step()
+    sync()
+    barrier()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        step()
+    sync()
+    return (time.perf_counter() - t0) / iters
+
+
+def _tf_runner(reduce, strategy, count, dtype, rank, nranks):
+    """(step, sync, result) for a TF strategy: one tf.function call per iteration."""
+    import tensorflow as tf
+    from horovod.tensorflow import Sum
+
+    x = tf.constant(rank_input(count, rank, nranks, dtype), dtype=getattr(tf, dtype))
+    out = []
+
+    @tf.function
+    def step_fn():
+        return reduce([x], op=Sum, name=f"bench_{strategy}")[0]
+
+    step_fn.get_concrete_function()  # trace now: tracing is never part of a timed iteration
+
+    def step():
+        out[:] = [step_fn()]
+
+    def sync():
+        if out:
+            out[0].numpy()
+
+    return step, sync, lambda: out[0].numpy()
+
+
+def _mpi_runner(reduce, count, dtype, rank, nranks):
+    """(step, sync, result) for an MPI strategy on preallocated numpy buffers (blocking calls)."""
+    send = rank_input(count, rank, nranks, dtype).astype(dtype)
+    recv = np.empty_like(send)
+
+    def step():
+        reduce(send, recv)
+
+    return step, lambda: None, lambda: recv
+
+
+def run_strategy(strategy: str, config: BenchConfig, control, *, comm=None, on_row=None) -> list[Row]:
+    """Every size of ``config`` for one strategy. Collective: every rank calls it with the same args.
+
+    Args:
+        strategy: a TF strategy (Horovod must be initialised through horovod_torus) or an MPI one
+            (``comm``: the mpi4py world communicator).
+        control: HorovodControl/MpiControl used for the barrier and to gather the per-rank results.
+        on_row: called with each Row as soon as it is measured (rank 0 prints it).
+
+    Returns:
+        The rows (identical on every rank).
+    """
+    nranks, rank = control.size, control.rank
+    is_tf = strategy in TF_STRATEGIES
+    if not is_tf and config.dtype in ("float16", "bfloat16"):
+        raise ValueError(f"strategy {strategy} has no MPI datatype for {config.dtype}")
+    reduce = tf_reduce_fn(strategy) if is_tf else mpi_reduce_fn(strategy, comm, config.grid)
+    barrier = control.barrier if is_tf else comm.Barrier
+    rows = []
+    for count in config.counts():
+        if is_tf:
+            step, sync, result = _tf_runner(reduce, strategy, count, config.dtype, rank, nranks)
+        else:
+            step, sync, result = _mpi_runner(reduce, count, config.dtype, rank, nranks)
+        seconds = _time_loop(step, config.iters, config.warmup, barrier, sync)
+        wrong = count_wrong(result(), expected_sum(count, nranks, config.dtype)) if config.check else -1
+        gathered = control.gather([seconds, wrong])
+        total_wrong = None if not config.check else int(gathered[:, 1].sum())
+        row = Row.from_times(strategy, count, config.dtype, gathered[:, 0], total_wrong)
+        rows.append(row)
+        if on_row is not None:
+            on_row(row)
+    return rows

@@ -1,0 +1,119 @@
+"""Who launched us, the control collectives of the benchmarks (barrier, gather), and the host facts.
+
+Two launchers are supported:
+
+* ``mpirun -np N`` (or ``horovodrun --mpi``): MPI is available; Horovod, when used, runs on the MPI
+  controller and the ``mpi`` / ``mpi-torus`` strategies use mpi4py on ``MPI.COMM_WORLD``;
+* ``horovodrun --gloo -np N``: no MPI world (each process would be an MPI singleton), so only the
+  Horovod strategies run; barrier and gather go through Horovod ops.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import socket
+
+import numpy as np
+
+__all__ = ["mpi_launched", "HorovodControl", "MpiControl", "host_facts"]
+
+_MPI_ENV = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS", "MV2_COMM_WORLD_SIZE")
+
+
+def mpi_launched(environ=None) -> bool:
+    """True under an MPI launcher, or for a plain single process (an MPI singleton is a valid world).
+
+    False under ``horovodrun --gloo`` (it exports HOROVOD_SIZE and no MPI variables): there each process
+    would be its own MPI world of size 1, so MPI collectives over "the world" would not be collective.
+    """
+    environ = os.environ if environ is None else environ
+    if any(k in environ for k in _MPI_ENV):
+        return True
+    return "HOROVOD_SIZE" not in environ
+
+
+class HorovodControl:
+    """Barrier and gather through Horovod ops on the global process set (works under Gloo and MPI)."""
+
+    def __init__(self):
+        import horovod.tensorflow as hvd
+
+        self._hvd = hvd
+        self.size, self.rank = hvd.size(), hvd.rank()
+
+    def barrier(self) -> None:
+        """Return once every rank has entered (a one-element all-reduce, waited for)."""
+        import tensorflow as tf
+
+        self._hvd.allreduce(tf.zeros([1], tf.float32), op=self._hvd.Sum, name="bench_barrier").numpy()
+
+    def gather(self, values) -> np.ndarray:
+        """float64 array [size, k]: row r holds rank r's ``values`` (k floats, same k on every rank)."""
+        import tensorflow as tf
+
+        local = tf.constant([list(map(float, values))], dtype=tf.float64)
+        return self._hvd.allgather(local, name="bench_gather").numpy()
+
+    def gather_object(self, obj) -> list:
+        """Every rank's picklable ``obj``, in rank order."""
+        return self._hvd.allgather_object(obj, name="bench_gather_object")
+
+
+class MpiControl:
+    """Barrier and gather through mpi4py on ``comm``."""
+
+    def __init__(self, comm):
+        self._comm = comm
+        self.size, self.rank = comm.Get_size(), comm.Get_rank()
+
+    def barrier(self) -> None:
+        self._comm.Barrier()
+
+    def gather(self, values) -> np.ndarray:
+        local = np.asarray([list(map(float, values))], dtype=np.float64)
+        out = np.empty((self.size, local.shape[1]), np.float64)
+        self._comm.Allgather(local, out)
+        return out
+
+    def gather_object(self, obj) -> list:
+        return self._comm.allgather(obj)
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def host_facts(control, *, launcher: str, extra: dict | None = None) -> dict:
+    """Facts about the machines and software of this run (collective: every rank must call it).
+
+    Keys: hosts (distinct hostnames), nodes, ranks_per_host, cpu_model, cpu_count (logical CPUs per host,
+    from os.cpu_count), launcher, python, platform, numpy, tensorflow / horovod / mpi4py / mpi_library
+    versions when loaded, utc (ISO time), plus ``extra``.
+    """
+    import sys
+
+    hosts = control.gather_object(socket.gethostname())
+    per_host = {h: hosts.count(h) for h in dict.fromkeys(hosts)}
+    facts = {"hosts": list(per_host), "nodes": len(per_host), "ranks_per_host": per_host,
+             "cpu_model": _cpu_model(), "cpu_count": os.cpu_count(), "launcher": launcher,
+             "python": platform.python_version(), "platform": platform.platform(),
+             "numpy": np.__version__,
+             "utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    if "tensorflow" in sys.modules:
+        facts["tensorflow"] = sys.modules["tensorflow"].__version__
+    if "horovod" in sys.modules:
+        facts["horovod"] = sys.modules["horovod"].__version__
+    if "mpi4py.MPI" in sys.modules:
+        mpi = sys.modules["mpi4py.MPI"]
+        facts["mpi4py"] = sys.modules["mpi4py"].__version__
+        facts["mpi_library"] = mpi.Get_library_version().strip().splitlines()[0]
+    facts.update(extra or {})
+    return facts

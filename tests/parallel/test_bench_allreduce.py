@@ -1,0 +1,38 @@
+"""The all-reduce benchmark, run for real: every row of every strategy must be correct (#wrong = 0).
+
+Under mpirun all four strategies run; under horovodrun --gloo the MPI strategies are skipped (and the JSON
+says why). Timings are recorded but never asserted.
+"""
+import json
+
+from horovod_torus.bench.__main__ import main
+from horovod_torus.bench.world import mpi_launched
+
+
+def test_short_sweep_every_strategy_correct(hvd, world, tmp_path):
+    size, rank = world
+    path = tmp_path / "bench.json"
+    rc = main(["-b", "4", "-e", "64K", "-f", "64", "-n", "2", "-w", "1", "--json", str(path)])
+    rc_f64 = main(["-b", "3", "-e", "3000", "-f", "10", "-n", "1", "-w", "0", "-d", "double",
+                   "--strategies", "torus", "mpi-torus", "--json", str(tmp_path / "f64.json")])
+    assert rc == 0 and rc_f64 == 0
+    if rank != 0:
+        return
+    doc = json.loads(path.read_text())
+    expected = ["torus", "ring", "mpi-torus", "mpi"] if mpi_launched() else ["torus", "ring"]
+    assert doc["world_size"] == size and doc["grid"] == str(hvd.grid())
+    assert [r["strategy"] for r in doc["rows"]] == [s for s in expected for _ in range(3)]
+    assert [r["size_bytes"] for r in doc["rows"][:3]] == [4, 256, 16384]
+    assert [r["count"] for r in doc["rows"][:3]] == [1, 64, 4096]
+    for r in doc["rows"]:
+        assert r["wrong"] == 0, r
+        assert 0 < r["time_us"]["min"] <= r["time_us"]["avg"] <= r["time_us"]["max"]
+        assert abs(r["algbw_gbps"] - r["size_bytes"] / r["time_us"]["avg"] / 1e3) < 1e-9
+        assert abs(r["busbw_gbps"] - r["algbw_gbps"] * 2 * (size - 1) / size) < 1e-9
+    assert doc["host"]["nodes"] == 1 and sum(doc["host"]["ranks_per_host"].values()) == size
+    if not mpi_launched():
+        assert set(doc["skipped"]) == {"mpi-torus", "mpi"}
+    f64 = json.loads((tmp_path / "f64.json").read_text())
+    # 3 B is below one float64 element, so the sweep starts at 30 B = 3 elements (sizes not multiples of X)
+    assert [(r["count"], r["dtype"], r["wrong"]) for r in f64["rows"] if r["strategy"] == "torus"] == [
+        (3, "float64", 0), (37, "float64", 0), (375, "float64", 0)]

@@ -1,0 +1,113 @@
+"""Atomic, verified checkpoints of a Keras model, its optimizer state and the run's history.
+
+A checkpoint is a folder ``OUTPUT_DIR/checkpoints/ckpt-EEEE`` (EEEE = epochs completed) holding
+``model.weights.h5`` (Keras weights), ``optimizer.npz`` (every optimizer variable, iterations included)
+and ``state.json`` (epoch, history, SHA-256 of the two data files). It is written into a temporary
+folder and renamed into place, so a crash mid-write never touches an earlier checkpoint; a damaged
+checkpoint is detected by its checksums and reported, never silently skipped.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+
+import numpy as np
+
+__all__ = ["CheckpointError", "CheckpointStore"]
+
+_NAME = re.compile(r"^ckpt-(\d{4,})$")
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be restored (damaged, or made for another model/optimizer)."""
+
+
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+class CheckpointStore:
+    """Checkpoints under ``directory``; keeps the newest ``keep`` (older ones are deleted after a save)."""
+
+    def __init__(self, directory: str, keep: int = 2):
+        if keep < 1:
+            raise ValueError(f"keep={keep} must be >= 1")
+        self.directory, self.keep = directory, keep
+
+    def epochs(self) -> list[int]:
+        """Completed checkpoints (epochs), oldest first; temporary folders are ignored."""
+        if not os.path.isdir(self.directory):
+            return []
+        return sorted(int(m.group(1)) for m in map(_NAME.match, os.listdir(self.directory)) if m)
+
+    def path(self, epoch: int) -> str:
+        return os.path.join(self.directory, f"ckpt-{epoch:04d}")
+
+    def save(self, epoch: int, model, optimizer, state: dict) -> str:
+        """Write checkpoint ``epoch`` atomically; returns its path. ``state`` must be JSON-serialisable."""
+        os.makedirs(self.directory, exist_ok=True)
+        final = self.path(epoch)
+        tmp = f"{final}.tmp-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.makedirs(tmp)
+        try:
+            model.save_weights(os.path.join(tmp, "model.weights.h5"))
+            arrays = {f"v{i:05d}": np.asarray(v.numpy()) for i, v in enumerate(optimizer.variables)}
+            np.savez(os.path.join(tmp, "optimizer.npz"), **arrays)
+            meta = {"epoch": epoch, "state": state,
+                    "sha256": {f: _sha256(os.path.join(tmp, f)) for f in ("model.weights.h5", "optimizer.npz")}}
+            with open(os.path.join(tmp, "state.json"), "w") as fh:
+                json.dump(meta, fh)
+            if os.path.exists(final):          # re-saving an epoch (e.g. after a resume): swap atomically
+                old = f"{final}.old-{os.getpid()}"
+                os.rename(final, old)
+                os.rename(tmp, final)
+                shutil.rmtree(old)
+            else:
+                os.rename(tmp, final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        for old_epoch in self.epochs()[:-self.keep]:
+            shutil.rmtree(self.path(old_epoch), ignore_errors=True)
+        return final
+
+    def restore(self, epoch: int, model, optimizer) -> dict:
+        """Load checkpoint ``epoch`` into ``model`` and ``optimizer`` (built here if needed); returns its
+        ``state`` dict. Raises CheckpointError naming the folder, what is wrong, and the fix."""
+        path = self.path(epoch)
+        others = [e for e in self.epochs() if e != epoch]
+        fix = (f"delete {path} to resume from {self.path(others[-1])}" if others else
+               f"delete {path} (or start without --resume)")
+        try:
+            with open(os.path.join(path, "state.json")) as fh:
+                meta = json.load(fh)
+            for name, digest in meta["sha256"].items():
+                if _sha256(os.path.join(path, name)) != digest:
+                    raise CheckpointError(f"{name} does not match its SHA-256 in state.json")
+        except (OSError, ValueError, KeyError, CheckpointError) as err:
+            raise CheckpointError(f"checkpoint {path} is damaged ({err}); {fix}") from err
+        try:
+            model.load_weights(os.path.join(path, "model.weights.h5"))
+            if not optimizer.built:
+                optimizer.build(model.trainable_variables)
+            with np.load(os.path.join(path, "optimizer.npz")) as data:
+                arrays = [data[k] for k in sorted(data.files)]
+            if len(arrays) != len(optimizer.variables):
+                raise ValueError(f"{len(arrays)} optimizer variables saved, {len(optimizer.variables)} here")
+            for var, arr in zip(optimizer.variables, arrays):
+                if tuple(var.shape) != arr.shape:
+                    raise ValueError(f"optimizer variable {var.path} has shape {tuple(var.shape)}, "
+                                     f"saved {arr.shape}")
+                var.assign(arr)
+        except (OSError, ValueError) as err:
+            raise CheckpointError(f"checkpoint {path} does not fit this model/optimizer ({err}); "
+                                  f"use the same config, or {fix}") from err
+        return meta["state"]

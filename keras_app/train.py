@@ -1,0 +1,137 @@
+"""Training CLI: data-parallel ResNet-50 on N ranks, gradients reduced through horovod_torus.
+
+    horovodrun --gloo -np 4 -H localhost:4 python -m keras_app.train --preset fashion_mnist_demo --grid 2x2
+    mpirun -np 4 python -m keras_app.train --preset fashion_mnist_demo --grid 2x2 --strategy ring
+
+Per rank: build the model, compile it with ``horovod_torus.tensorflow.keras.DistributedOptimizer``
+(``--strategy torus|ring``), broadcast rank 0's variables, then call ``fit`` once per batch-size stage
+(rebuilding the input pipeline, ``initial_epoch`` = the stage's first epoch). Rank 0 alone prints,
+writes TensorBoard logs, checkpoints (``--resume`` continues from the newest), ``summary.json``,
+``config.json`` and ``training.png`` in ``--output-dir``.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+from keras_app.config import AppConfig, parse_args, save_config
+
+__all__ = ["main", "train"]
+
+
+def _configure_tensorflow(cfg: AppConfig) -> None:
+    """Thread pools must be set before TensorFlow runs its first op."""
+    import tensorflow as tf
+    if cfg.train.intra_op_threads:
+        tf.config.threading.set_intra_op_parallelism_threads(cfg.train.intra_op_threads)
+    if cfg.train.inter_op_threads:
+        tf.config.threading.set_inter_op_parallelism_threads(cfg.train.inter_op_threads)
+    if cfg.model.mixed_precision:
+        import keras
+        keras.mixed_precision.set_global_policy(cfg.model.mixed_precision)
+
+
+def _optimizer(cfg: AppConfig):
+    import keras
+    o = cfg.optim
+    wd = o.weight_decay or None
+    if o.optimizer == "sgd":
+        return keras.optimizers.SGD(o.base_lr, momentum=o.momentum, nesterov=o.nesterov, weight_decay=wd)
+    if o.optimizer == "adam":
+        return keras.optimizers.Adam(o.base_lr, weight_decay=wd)
+    if o.optimizer == "adamw":
+        return keras.optimizers.AdamW(o.base_lr, weight_decay=o.weight_decay)
+    return keras.optimizers.Lamb(o.base_lr, weight_decay=wd)
+
+
+def train(cfg: AppConfig) -> dict | None:
+    """Run the training described by ``cfg`` on this rank; returns the summary on rank 0, else None.
+
+    Raises (on every rank, before any collective): ValueError for a bad config (e.g. a global batch not
+    divisible by the world size, a malformed batch schedule), FileNotFoundError for a missing dataset,
+    keras_app.checkpoint.CheckpointError for a damaged checkpoint with ``--resume``.
+    """
+    _configure_tensorflow(cfg)
+    import keras
+
+    import horovod_torus.tensorflow.keras as hvd
+    from horovod_torus.tensorflow.keras.callbacks import BroadcastGlobalVariablesCallback, MetricAverageCallback
+    from keras_app import data
+    from keras_app.callbacks import BatchSizeControl, CheckpointCallback, LearningRateWarmup
+    from keras_app.checkpoint import CheckpointStore
+    from keras_app.losses import LabelSmoothedSparseCategoricalCrossentropy
+    from keras_app.model import build_resnet50
+    from keras_app.report import EpochRecorder, plot_run, write_summary
+
+    hvd.init(grid=cfg.train.grid or None)
+    size, rank = hvd.size(), hvd.rank()
+    cfg.validate(size)
+    split = data.Split(rank, size)
+    n_train = data.num_examples(cfg.data, train=True)
+    out = cfg.train.output_dir
+    grid = f"{hvd.grid().x}x{hvd.grid().y}"
+    if rank == 0:
+        os.makedirs(out, exist_ok=True)
+        save_config(cfg, os.path.join(out, "config.json"))
+
+    model = build_resnet50(cfg.data, cfg.model, seed=cfg.train.seed)
+    opt = hvd.DistributedOptimizer(_optimizer(cfg), strategy=cfg.train.strategy)
+    model.compile(optimizer=opt,
+                  loss=LabelSmoothedSparseCategoricalCrossentropy(cfg.optim.label_smoothing, from_logits=True),
+                  metrics=[keras.metrics.SparseCategoricalAccuracy(name="top1"),
+                           keras.metrics.SparseTopKCategoricalAccuracy(5, name="top5")])
+
+    store = CheckpointStore(os.path.join(out, "checkpoints"), keep=cfg.train.keep_checkpoints)
+    batch_control = BatchSizeControl(cfg.train.batch_schedule)
+    lr_cb = LearningRateWarmup.from_config(cfg.optim, cfg.train.epochs, batch_control.schedule)
+    state = {"epochs": [], "lr_steps": []}
+    start = 0
+    if cfg.train.resume and store.epochs():
+        start = store.epochs()[-1]
+        state = store.restore(start, model, opt)   # every rank reads the same files: no collective
+        lr_cb.history = [tuple(s) for s in state["lr_steps"]]
+    recorder = EpochRecorder(state["epochs"])
+
+    callbacks = [BroadcastGlobalVariablesCallback(0), batch_control, lr_cb,
+                 MetricAverageCallback(strategy=cfg.train.strategy), recorder]
+    if rank == 0:
+        callbacks += [CheckpointCallback(store, recorder, lr_cb),
+                      keras.callbacks.TensorBoard(os.path.join(out, "tensorboard"), write_graph=False,
+                                                  profile_batch=0)]
+        print(f"keras_app: {size} ranks, grid {grid}, strategy {cfg.train.strategy}, "
+              f"{n_train} training images/epoch, batch schedule {batch_control.schedule}, "
+              f"epochs {cfg.train.epochs}" + (f", resumed after epoch {start}" if start else ""), flush=True)
+    val_batch = max(64, batch_control.schedule[0][1] // size)
+    val = data.val_dataset(cfg.data, val_batch, split)
+    for stage in batch_control.stages(cfg.train.epochs):
+        if stage.end_epoch <= start:
+            continue
+        steps = data.steps_per_epoch(n_train, stage.global_batch)
+        ds = data.train_dataset(cfg.data, stage.global_batch, split, seed=cfg.train.seed + 1000 * stage.start_epoch)
+        batch_control.set_pipeline_batch(stage.global_batch)
+        model.fit(ds, steps_per_epoch=steps, initial_epoch=max(start, stage.start_epoch),
+                  epochs=stage.end_epoch, validation_data=val, validation_freq=cfg.train.val_every_epochs,
+                  callbacks=callbacks, verbose=cfg.train.verbose if rank == 0 else 0)
+    if rank != 0:
+        return None
+    summary = write_summary(os.path.join(out, "summary.json"), world_size=size, grid=grid,
+                            strategy=cfg.train.strategy, epochs=recorder.epochs, config=cfg.to_dict(),
+                            lr_steps=lr_cb.history)
+    plot_run(summary, os.path.join(out, "training.png"))
+    f = summary["final"]
+    print(f"keras_app: final val top-1 {f['val_top1']:.4f}, top-5 {f['val_top5']:.4f}, "
+          f"{f['train_seconds']:.0f} s of training; summary {os.path.join(out, 'summary.json')}, "
+          f"plot {os.path.join(out, 'training.png')}, TensorBoard {os.path.join(out, 'tensorboard')}",
+          flush=True)
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = parse_args(argv)
+    cfg.validate()          # errors that need no world size, before TensorFlow starts
+    train(cfg)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

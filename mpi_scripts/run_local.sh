@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Train keras_app on N ranks of this machine under mpirun (Open MPI), e.g.
+#   bash mpi_scripts/run_local.sh 4 --preset fashion_mnist_demo --grid 2x2
+# Every argument after N goes to `python -m keras_app.train`. Ranks are not bound to cores (N may exceed
+# the core count: --oversubscribe); each rank's TensorFlow thread pools come from the preset
+# (--intra-op-threads/--inter-op-threads). Rank 0 prints; every rank's output is also kept in
+# OUTPUT_DIR/logs/ by mpirun's --output-filename when LOG_DIR is set.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+np=${1:?usage: run_local.sh NP [keras_app.train arguments...]}
+shift
+PYTHON=${PYTHON:-$PWD/.venv/bin/python}
+export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2} PYTHONWARNINGS=${PYTHONWARNINGS:-ignore}
+export HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=${HOROVOD_STALL_SHUTDOWN_TIME_SECONDS:-300}
+root=()
+[ "$(id -u)" = 0 ] && root=(--allow-run-as-root)
+start=$(date +%s)
+mpirun "${root[@]}" --oversubscribe --bind-to none -np "$np" \
+  --mca mpi_yield_when_idle 1 \
+  -x TF_CPP_MIN_LOG_LEVEL -x PYTHONWARNINGS -x HOROVOD_STALL_SHUTDOWN_TIME_SECONDS -x PATH \
+  "$PYTHON" -m keras_app.train "$@"
+echo "run_local.sh: $np ranks finished in $(( $(date +%s) - start )) s"

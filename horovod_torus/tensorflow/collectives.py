@@ -7,6 +7,7 @@ inside ``tf.function``.
 from __future__ import annotations
 
 import horovod.tensorflow as _hvd
+import numpy as np
 import tensorflow as tf
 
 from horovod_torus.fusion import plan_fusion
@@ -46,8 +47,8 @@ def grouped_torus_allreduce(tensors, op=Average, name=None, compression=Compress
     1. reduce-scatter along the row (``hvd.reducescatter``, op Sum, ``prescale_factor`` applied here):
        each rank keeps the row sum of about S/X elements (Horovod's split: the first S % X ranks of a
        row get one extra element; a shard may be empty);
-    2. all-reduce along the column on that S/X shard (``hvd.allreduce``, op Sum; the post-scale, which
-       for Average includes the single division by N = X*Y, is applied here, on 1/X of the data);
+    2. all-reduce along the column on that S/X shard (``hvd.allreduce``, op Sum); then the shard is
+       multiplied by ``postscale_factor`` (and for Average divided by N = X*Y) once, on 1/X of the data;
     3. all-gather along the row (``hvd.allgather``): every rank holds the full result.
 
     A phase over one rank is skipped (X == 1: phases 1 and 3; Y == 1: phase 2). Bytes sent per rank:
@@ -89,7 +90,7 @@ def grouped_torus_allreduce(tensors, op=Average, name=None, compression=Compress
     if not tensors:
         return []
     n = sets.grid.size
-    post = postscale_factor / n if op == Average else postscale_factor
+    divisor = n if op == Average else 1
     compressed, ctxs = zip(*(compression.compress(t) for t in tensors))
     upcast = [t.dtype == tf.bfloat16 for t in compressed]
     compressed = [tf.cast(t, tf.float32) if up else t for t, up in zip(compressed, upcast)]
@@ -103,7 +104,7 @@ def grouped_torus_allreduce(tensors, op=Average, name=None, compression=Compress
         else:
             suffix = f"{name}_{g.dtype}" if name else None
             buf = _pack(members, g)
-            out = _torus_sum(buf, sets, prescale_factor, post, suffix)
+            out = _torus_sum(buf, sets, prescale_factor, postscale_factor, divisor, suffix)
             reduced = _unpack(out, g)
         for i, r in zip(g.indices, reduced):
             if upcast[i]:
@@ -133,7 +134,20 @@ def _unpack(buf, g):
     return [tf.reshape(p, s) for p, s in zip(parts, g.shapes)]
 
 
-def _torus_sum(buf, sets, prescale, postscale, name):
+def _postscale(shard, postscale, divisor):
+    """Multiply by postscale / divisor once, as Horovod does after its sum: the factor is computed in
+    double precision from the float32 ``postscale`` attribute; integers are scaled in double and truncated
+    toward zero. (Passing postscale/N through Horovod's float32 attribute would round 1/N when N is not a
+    power of two, hence the scaling here, on the 1/X shard.)"""
+    factor = float(np.float32(postscale)) / divisor
+    if factor == 1.0:
+        return shard
+    if shard.dtype.is_integer:
+        return tf.cast(tf.cast(shard, tf.float64) * factor, shard.dtype)
+    return shard * tf.constant(factor, shard.dtype)
+
+
+def _torus_sum(buf, sets, prescale, postscale, divisor, name):
     """The three phases on one flat buffer (1-D, same length on every rank)."""
     row, column = sets.row, sets.column
     if row is None and column is None:  # a single rank: Horovod's own op applies the scaling
@@ -142,12 +156,11 @@ def _torus_sum(buf, sets, prescale, postscale, name):
     shard = buf
     if row is not None:
         shard = _hvd.reducescatter(shard, op=Sum, process_set=row, name=name and f"{name}_rs",
-                                   prescale_factor=prescale,
-                                   postscale_factor=postscale if column is None else 1.0)
+                                   prescale_factor=prescale)
     if column is not None:
         shard = _hvd.allreduce(shard, op=Sum, process_set=column, name=name and f"{name}_ar",
-                               prescale_factor=prescale if row is None else 1.0,
-                               postscale_factor=postscale)
+                               prescale_factor=prescale if row is None else 1.0)
+    shard = _postscale(shard, postscale, divisor)
     if row is not None:
         shard = _hvd.allgather(shard, process_set=row, name=name and f"{name}_ag")
     return shard

@@ -5,7 +5,7 @@ import horovod.tensorflow as _hvd
 import tensorflow as tf
 
 from horovod_torus.strategies import DEFAULT_STRATEGY
-from horovod_torus.tensorflow.gradients import GradientReducer, check_process_set, normalize_groups
+from horovod_torus.tensorflow.gradients import GradientReducer
 
 __all__ = ["DistributedGradientTape"]
 
@@ -61,13 +61,9 @@ def DistributedGradientTape(gradtape, device_dense='', device_sparse='', compres
                         f"({type(gradtape).__name__})")
     if isinstance(gradtape, _DistributedGradientTape):
         raise ValueError("this tape is already a DistributedGradientTape; wrap it once")
-    check_process_set(process_set)
-    reducer = GradientReducer(strategy=strategy, op=op, compression=compression,
-                              sparse_as_dense=sparse_as_dense,
-                              gradient_predivide_factor=gradient_predivide_factor,
-                              groups=normalize_groups(groups, num_groups), device_dense=device_dense,
-                              device_sparse=device_sparse, scale_local_gradients=scale_local_gradients,
-                              name="DistributedGradientTape")
+    reducer = GradientReducer(strategy, op, compression, sparse_as_dense, gradient_predivide_factor, groups,
+                              device_dense, device_sparse, scale_local_gradients, "DistributedGradientTape",
+                              num_groups=num_groups, process_set=process_set)
     base = type(gradtape)
     cls = type(base.__name__, (_DistributedGradientTape, base), {})
     return cls(gradtape._tape, reducer, gradtape._persistent, gradtape._watch_accessed_variables)

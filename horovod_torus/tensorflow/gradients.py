@@ -75,6 +75,8 @@ class GradientReducer:
         device_dense, device_sparse: ``tf.device`` strings for the two paths ('' = TensorFlow's choice).
         scale_local_gradients: divide gradients of local variables by N.
         name: name scope of the ops.
+        num_groups: Horovod's deprecated alias of ``groups``.
+        process_set: only ``hvd.global_process_set``.
 
     Raises:
         ValueError: an unknown strategy name, an op/predivide combination Horovod also rejects, bad groups.
@@ -83,7 +85,9 @@ class GradientReducer:
 
     def __init__(self, strategy=DEFAULT_STRATEGY, op=_hvd.Average, compression=_hvd.Compression.none,
                  sparse_as_dense=False, gradient_predivide_factor=1.0, groups=None, device_dense="",
-                 device_sparse="", scale_local_gradients=True, name="DistributedGradients"):
+                 device_sparse="", scale_local_gradients=True, name="DistributedGradients", *,
+                 num_groups=0, process_set=_hvd.global_process_set):
+        check_process_set(process_set)
         self.strategy = resolve_strategy(strategy)
         self.strategy_name = strategy if isinstance(strategy, str) else getattr(strategy, "__name__",
                                                                                 repr(strategy))
@@ -101,7 +105,7 @@ class GradientReducer:
         self.sparse_as_dense = bool(sparse_as_dense)
         self.prescale = 1.0 / gradient_predivide_factor if op == _hvd.Average else 1.0
         self.postscale = gradient_predivide_factor if op == _hvd.Average else 1.0
-        self.groups = normalize_groups(groups)
+        self.groups = normalize_groups(groups, num_groups)
         self.device_dense, self.device_sparse = device_dense, device_sparse
         self.scale_local_gradients = scale_local_gradients
         self.name = name

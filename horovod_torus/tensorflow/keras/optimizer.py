@@ -12,7 +12,7 @@ import keras
 import tensorflow as tf
 
 from horovod_torus.strategies import DEFAULT_STRATEGY
-from horovod_torus.tensorflow.gradients import GradientReducer, check_process_set, normalize_groups
+from horovod_torus.tensorflow.gradients import GradientReducer
 
 __all__ = ["DistributedOptimizer", "is_distributed_optimizer"]
 
@@ -153,13 +153,10 @@ def DistributedOptimizer(optimizer, name=None, device_dense='', device_sparse=''
     if isinstance(backward_passes_per_step, bool) or not isinstance(backward_passes_per_step, int) \
             or backward_passes_per_step < 1:
         raise ValueError(f"backward_passes_per_step={backward_passes_per_step!r} must be an int >= 1")
-    check_process_set(process_set)
-    reducer = GradientReducer(strategy=strategy, op=op, compression=compression,
-                              sparse_as_dense=sparse_as_dense,
-                              gradient_predivide_factor=gradient_predivide_factor,
-                              groups=normalize_groups(groups, num_groups), device_dense=device_dense,
-                              device_sparse=device_sparse, scale_local_gradients=scale_local_gradients,
-                              name=name or f"Distributed{type(optimizer).__name__}")
+    reducer = GradientReducer(strategy, op, compression, sparse_as_dense, gradient_predivide_factor, groups,
+                              device_dense, device_sparse, scale_local_gradients,
+                              name or f"Distributed{type(optimizer).__name__}",
+                              num_groups=num_groups, process_set=process_set)
     base = type(optimizer)
     cls = type(base.__name__, (_DistributedOptimizerMixin, base),
                {"__module__": base.__module__, "__qualname__": base.__qualname__})

@@ -18,8 +18,11 @@ from __future__ import annotations
 import inspect
 from typing import Callable
 
-__all__ = ["register_strategy", "get_strategy", "available_strategies", "resolve_strategy",
-           "STRATEGY_ARGS"]
+__all__ = ["register_strategy", "unregister_strategy", "get_strategy", "available_strategies",
+           "resolve_strategy", "STRATEGY_ARGS", "DEFAULT_STRATEGY"]
+
+#: The strategy used when none is named.
+DEFAULT_STRATEGY = "torus"
 
 #: The positional parameters every strategy accepts, in this order.
 STRATEGY_ARGS = ("tensors", "op", "name", "compression", "prescale_factor", "postscale_factor")
@@ -83,6 +86,14 @@ def register_strategy(name: str, fn: Callable, *, overwrite: bool = False) -> Ca
     _check_callable(fn, repr(name))
     _REGISTRY[name] = fn
     return fn
+
+
+def unregister_strategy(name: str) -> None:
+    """Remove a user strategy. Raises ValueError for a built-in or an unknown name."""
+    if name in _BUILTIN:
+        raise ValueError(f"strategy {name!r} is built in and cannot be removed")
+    get_strategy(name)
+    del _REGISTRY[name]
 
 
 def _register_builtin(name: str, fn: Callable) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import horovod.tensorflow as _hvd
 import tensorflow as tf
 
-from horovod_torus.strategies import DEFAULT_STRATEGY
+from horovod_torus.strategies.registry import DEFAULT_STRATEGY
 from horovod_torus.tensorflow.gradients import GradientReducer
 
 __all__ = ["DistributedGradientTape"]

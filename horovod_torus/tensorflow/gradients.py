@@ -20,7 +20,7 @@ import contextlib
 import horovod.tensorflow as _hvd
 import tensorflow as tf
 
-from horovod_torus.strategies import DEFAULT_STRATEGY, resolve_strategy
+from horovod_torus.strategies.registry import DEFAULT_STRATEGY, resolve_strategy
 
 __all__ = ["GradientReducer", "check_process_set", "normalize_groups"]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import horovod.tensorflow as _hvd
 import tensorflow as tf
 
-from horovod_torus.strategies import DEFAULT_STRATEGY, resolve_strategy
+from horovod_torus.strategies.registry import DEFAULT_STRATEGY, resolve_strategy
 from horovod_torus.tensorflow.gradients import check_process_set
 
 __all__ = ["allreduce", "grouped_allreduce"]

@@ -16,7 +16,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from horovod_torus.strategies import DEFAULT_STRATEGY, resolve_strategy
+from horovod_torus.strategies.registry import DEFAULT_STRATEGY, resolve_strategy
 from horovod_torus.tensorflow.keras.schedules import schedule_lr, warmup_multiplier
 from horovod_torus.tensorflow.reductions import grouped_allreduce
 from horovod_torus.tensorflow.variables import broadcast_variables

@@ -11,7 +11,7 @@ import horovod.tensorflow as _hvd
 import keras
 import tensorflow as tf
 
-from horovod_torus.strategies import DEFAULT_STRATEGY
+from horovod_torus.strategies.registry import DEFAULT_STRATEGY
 from horovod_torus.tensorflow.gradients import GradientReducer
 
 __all__ = ["DistributedOptimizer", "is_distributed_optimizer"]

@@ -1,0 +1,65 @@
+"""The strategy registry: built-ins, validation at registration, clear errors (no MPI)."""
+import pytest
+
+from horovod_torus import strategies as S
+from horovod_torus.tensorflow import grouped_torus_allreduce
+
+
+def good(tensors, op, name, compression, prescale_factor, postscale_factor):
+    return list(tensors)
+
+
+def test_builtins_are_ring_and_torus():
+    assert S.available_strategies() == ("ring", "torus")
+    assert S.get_strategy("torus") is grouped_torus_allreduce
+    assert S.get_strategy("ring") is S.ring_allreduce
+    assert S.DEFAULT_STRATEGY == "torus"
+
+
+def test_register_get_overwrite_unregister():
+    S.register_strategy("mine", good)
+    try:
+        assert S.get_strategy("mine") is good and "mine" in S.available_strategies()
+        with pytest.raises(ValueError, match="already registered"):
+            S.register_strategy("mine", good)
+        other = lambda tensors, op, name, compression, prescale_factor, postscale_factor: tensors  # noqa
+        S.register_strategy("mine", other, overwrite=True)
+        assert S.get_strategy("mine") is other
+    finally:
+        S.unregister_strategy("mine")
+    assert "mine" not in S.available_strategies()
+
+
+def test_unknown_name_lists_the_registered_ones():
+    with pytest.raises(ValueError, match=r"unknown all-reduce strategy 'tours'.*'ring', 'torus'"):
+        S.get_strategy("tours")
+
+
+@pytest.mark.parametrize("fn, match", [
+    (42, "must be callable"),
+    (lambda tensors: tensors, "cannot be called as"),
+    (lambda a, b, c, d, e, f: a, "cannot be called as"),          # right arity, wrong keywords
+    (lambda tensors, op, name, compression, prescale_factor, postscale_factor, extra: 0, "cannot be called"),
+])
+def test_bad_callables_are_rejected_at_registration(fn, match):
+    with pytest.raises(TypeError, match=match):
+        S.register_strategy("bad", fn)
+    assert "bad" not in S.available_strategies()
+
+
+@pytest.mark.parametrize("name, exc, match", [
+    ("ring", ValueError, "built in"), ("torus", ValueError, "built in"), ("", ValueError, "non-empty"),
+    ("a b", ValueError, "whitespace"), (3, TypeError, "must be a str"),
+])
+def test_bad_names(name, exc, match):
+    with pytest.raises(exc, match=match):
+        S.register_strategy(name, good)
+
+
+def test_resolve_accepts_names_and_checked_callables():
+    assert S.resolve_strategy("ring") is S.ring_allreduce
+    assert S.resolve_strategy(good) is good
+    with pytest.raises(TypeError, match="cannot be called as"):
+        S.resolve_strategy(lambda x: x)
+    with pytest.raises(ValueError, match="built in"):
+        S.unregister_strategy("torus")

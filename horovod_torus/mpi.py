@@ -3,10 +3,10 @@
 Source: Mikami et al., arXiv 1811.05233, section 3.2. The world communicator is split into row and
 column sub-communicators once per (communicator, grid) and the three phases are MPI collectives:
 
-1. ``MPI_Reduce_scatter`` on the row communicator (X ranks): each rank keeps the row reduction of
-   about n/X elements (split as Horovod's reducescatter: the first n % X ranks get one extra);
+1. ``MPI_Reduce_scatter(_block)`` on the row communicator (X ranks): each rank keeps the row reduction
+   of about n/X elements (split as Horovod's reducescatter: the first n % X ranks get one extra);
 2. ``MPI_Allreduce`` in place on the column communicator (Y ranks) over that shard;
-3. ``MPI_Allgatherv`` on the row communicator, straight into the output: every rank holds all n.
+3. ``MPI_Allgather(v)`` on the row communicator, straight into the output: every rank holds all n.
 
 Example (``mpirun -np 4 python -c ...``)::
 
@@ -28,7 +28,7 @@ from horovod_torus.fusion import shard_counts
 from horovod_torus.process_sets import grid_from_env
 from horovod_torus.topology import TorusTopology
 
-__all__ = ["TorusComm", "torus_allreduce"]
+__all__ = ["TorusComm", "torus_allreduce", "three_phases"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,23 +123,44 @@ def torus_allreduce(comm, sendbuf, recvbuf=None, op=MPI.SUM, grid=None):
     except (KeyError, ValueError, TypeError, MPI.Exception):
         raise TypeError(f"dtype {send.dtype} has no MPI datatype in mpi4py: cast to float32/float64/"
                         f"int32/int64 first") from None
-    n = send.size
-    if n == 0:
+    if send.size == 0:
         return recvbuf
-    x = tc.grid.x
-    counts = shard_counts(n, x)
-    col = tc.grid.coords(tc.comm.Get_rank())[1]
     out = recvbuf if recvbuf.flags.c_contiguous else np.empty_like(send)
-    if x == 1:
-        shard = out.reshape(-1)
-        shard[...] = send.reshape(-1)
-    else:
-        shard = np.empty(counts[col], dtype=send.dtype)
-        tc.row.Reduce_scatter(send.reshape(-1), shard, recvcounts=counts, op=op)
-    if tc.grid.y > 1:
-        tc.column.Allreduce(MPI.IN_PLACE, shard, op=op)
-    if x > 1:
-        tc.row.Allgatherv(shard, [out.reshape(-1), counts])
+    three_phases(tc, send.reshape(-1), out.reshape(-1), op)
     if out is not recvbuf:
         recvbuf[...] = out
     return recvbuf
+
+
+def three_phases(tc: TorusComm, send: np.ndarray, recv: np.ndarray, op, datatype=None) -> None:
+    """The three torus phases from flat ``send`` into flat ``recv`` (same length, may be the same array).
+
+    ``datatype`` overrides the MPI datatype inferred from the numpy dtype (e.g. 2-byte words with a
+    user-defined op for float16). Even splits use the *_block/Allgather forms, uneven ones the v-forms.
+    """
+    n, x = send.size, tc.grid.x
+    counts = shard_counts(n, x)
+    even = counts[0] == counts[-1]
+
+    def spec(a, vcounts=None):
+        if vcounts is not None:
+            return [a, (vcounts, None), datatype] if datatype is not None else [a, (vcounts, None)]
+        return [a, datatype] if datatype is not None else a
+
+    if x == 1:
+        shard = recv
+        if shard is not send:
+            shard[...] = send
+    else:
+        shard = np.empty(counts[tc.grid.coords(tc.comm.Get_rank())[1]], dtype=send.dtype)
+        if even:
+            tc.row.Reduce_scatter_block(spec(send), spec(shard), op=op)
+        else:
+            tc.row.Reduce_scatter(spec(send), spec(shard), recvcounts=counts, op=op)
+    if tc.grid.y > 1:
+        tc.column.Allreduce(MPI.IN_PLACE, spec(shard), op=op)
+    if x > 1:
+        if even:
+            tc.row.Allgather(spec(shard), spec(recv))
+        else:
+            tc.row.Allgatherv(spec(shard), spec(recv, counts))

@@ -11,7 +11,7 @@ import numpy as np
 import tensorflow as tf
 
 from horovod_torus.fusion import plan_fusion
-from horovod_torus.tensorflow.runtime import torus_process_sets
+from horovod_torus.tensorflow import runtime
 
 __all__ = ["torus_allreduce", "grouped_torus_allreduce", "SUPPORTED_DTYPES"]
 
@@ -75,7 +75,7 @@ def grouped_torus_allreduce(tensors, op=Average, name=None, compression=Compress
         RuntimeError: ``init()`` was not called.
         Horovod's error (``tf.errors.FailedPreconditionError`` or similar): shapes that differ across ranks.
     """
-    sets = torus_process_sets()
+    sets = runtime.torus_process_sets()
     op = _check_op(op)
     tensors = list(tensors)
     for t in tensors:
@@ -153,6 +153,10 @@ def _torus_sum(buf, sets, prescale, postscale, divisor, name):
     if row is None and column is None:  # a single rank: Horovod's own op applies the scaling
         return _hvd.allreduce(buf, op=Sum, prescale_factor=prescale, postscale_factor=postscale,
                               name=name and f"{name}_ar")
+    if runtime.backend() == "mpi":
+        from horovod_torus.tensorflow.mpi_backend import torus_sum_mpi
+
+        return torus_sum_mpi(buf, runtime.torus_comm(), prescale, postscale, divisor)
     shard = buf
     if row is not None:
         shard = _hvd.reducescatter(shard, op=Sum, process_set=row, name=name and f"{name}_rs",

@@ -12,13 +12,17 @@ import horovod.tensorflow as _hvd
 from horovod_torus.process_sets import TorusProcessSets, grid_from_env, world_from_launcher
 from horovod_torus.topology import TorusTopology
 
-__all__ = ["init", "shutdown", "torus_process_sets", "grid"]
+__all__ = ["init", "shutdown", "torus_process_sets", "grid", "backend", "torus_comm", "BACKEND_ENV"]
 
-_state: dict = {"sets": None}
+BACKEND_ENV = "HOROVOD_TORUS_BACKEND"
+BACKENDS = ("auto", "horovod", "mpi")
+
+_state: dict = {"sets": None, "backend": None, "torus_comm": None}
 
 
 def init(grid: TorusTopology | str | None = None, comm=None, process_sets=None, *,
-         stall_shutdown_seconds: float | None = 300.0, **kwargs) -> TorusProcessSets:
+         backend: str | None = None, stall_shutdown_seconds: float | None = 300.0,
+         **kwargs) -> TorusProcessSets:
     """Initialise Horovod with every row and column process set of the torus grid.
 
     Args:
@@ -27,6 +31,10 @@ def init(grid: TorusTopology | str | None = None, comm=None, process_sets=None, 
         comm: forwarded to ``horovod.tensorflow.init`` (an mpi4py communicator or list of ranks).
         process_sets: the caller's own Horovod process sets; they are registered first, the torus sets
             after them (all rows, then all columns), in the same order on every rank.
+        backend: how the three phases move data: ``"horovod"`` (Horovod ops on the row/column process
+            sets: MPI, Gloo or NCCL), ``"mpi"`` (mpi4py collectives on row/column communicators, CPU
+            tensors, MPI controller only), or ``"auto"`` (default; ``HOROVOD_TORUS_BACKEND`` when None):
+            "mpi" when Horovod runs the MPI controller and no GPU is visible, else "horovod".
         stall_shutdown_seconds: when HOROVOD_STALL_SHUTDOWN_TIME_SECONDS is unset, Horovod is told to
             shut down (raising on every rank) after a collective has waited this long for some rank,
             instead of hanging forever: a rank that failed in phase 1 of the torus (e.g. a shape that
@@ -38,8 +46,8 @@ def init(grid: TorusTopology | str | None = None, comm=None, process_sets=None, 
         This rank's TorusProcessSets.
 
     Raises:
-        ValueError: a malformed grid or one whose X*Y differs from the world size. It is raised on every
-            rank before Horovod starts, so no rank waits in a collective.
+        ValueError: a malformed grid or one whose X*Y differs from the world size, or an unknown backend.
+            It is raised on every rank before Horovod starts, so no rank waits in a collective.
         RuntimeError: Horovod was already initialised without the torus sets (call this init instead of
             ``horovod.tensorflow.init``).
     """
@@ -60,6 +68,7 @@ def init(grid: TorusTopology | str | None = None, comm=None, process_sets=None, 
     elif not isinstance(grid, TorusTopology):
         raise TypeError(f"grid={grid!r} must be a TorusTopology, an 'XxY' string or None")
     grid.check_size(size)
+    backend = _check_backend(backend)
     if stall_shutdown_seconds is not None and "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS" not in os.environ:
         check = min(60.0, stall_shutdown_seconds)
         os.environ.setdefault("HOROVOD_STALL_CHECK_TIME_SECONDS", str(int(max(1, check))))
@@ -71,13 +80,42 @@ def init(grid: TorusTopology | str | None = None, comm=None, process_sets=None, 
         raise RuntimeError(f"Horovod started {_hvd.size()} ranks but the launcher announced {size}")
     if _hvd.rank() != sets.rank:
         sets = sets.with_rank(_hvd.rank())
-    _state["sets"] = sets
+    backend = _resolve_backend(backend)
+    if backend == "mpi":
+        from horovod_torus.tensorflow.mpi_backend import create_torus_comm
+
+        _state["torus_comm"] = create_torus_comm(grid)
+    _state["sets"], _state["backend"] = sets, backend
     return sets
+
+
+def _check_backend(value):
+    source = "backend"
+    if value is None:
+        source, value = BACKEND_ENV, os.environ.get(BACKEND_ENV, "").strip() or "auto"
+    if value not in BACKENDS:
+        raise ValueError(f"{source}={value!r} is not a torus backend: choose one of {', '.join(BACKENDS)}")
+    return value
+
+
+def _resolve_backend(value):
+    """'auto' -> 'mpi' on CPU with Horovod's MPI controller, else 'horovod'. Same answer on every rank."""
+    import tensorflow as tf
+
+    mpi_ok = _hvd.mpi_enabled()
+    if value == "mpi" and not mpi_ok:
+        raise ValueError("backend='mpi' needs Horovod's MPI controller (launch with mpirun or "
+                         "horovodrun --mpi); use backend='horovod' under horovodrun --gloo")
+    if value == "auto":
+        value = "mpi" if mpi_ok and not tf.config.list_physical_devices("GPU") else "horovod"
+    return value
 
 
 def shutdown() -> None:
     """Shut Horovod down and forget the torus sets (``init`` may then be called again)."""
-    _state["sets"] = None
+    if _state["torus_comm"] is not None:
+        _state["torus_comm"].free()
+    _state.update(sets=None, backend=None, torus_comm=None)
     _hvd.shutdown()
 
 
@@ -94,3 +132,15 @@ def torus_process_sets() -> TorusProcessSets:
 def grid() -> TorusTopology:
     """The grid chosen at init()."""
     return torus_process_sets().grid
+
+
+def backend() -> str:
+    """The data path chosen at init(): ``"horovod"`` or ``"mpi"``."""
+    torus_process_sets()
+    return _state["backend"]
+
+
+def torus_comm():
+    """The mpi4py TorusComm of the "mpi" backend (None for the "horovod" backend)."""
+    torus_process_sets()
+    return _state["torus_comm"]

@@ -13,17 +13,19 @@ filter=${1:-.}
 logroot=$(mktemp -d /tmp/horovod-torus-parallel.XXXXXX)
 declare -A passed failed launches
 total_fail=0; total_pass=0; bad_launches=0
-while IFS=$'\t' read -r launcher np grid targets; do
+n=0
+while IFS=$'\t' read -r launcher np grid targets extra_env; do
   [[ -z "$launcher" || "$launcher" == \#* ]] && continue
-  [[ "$launcher	$np	$grid	$targets" =~ $filter ]] || continue
-  logdir="$logroot/$launcher-np$np-$grid"; mkdir -p "$logdir"
-  echo "== $launcher -np $np grid $grid: $targets"
+  [[ "$launcher	$np	$grid	$targets	$extra_env" =~ $filter ]] || continue
+  n=$((n + 1)); logdir="$logroot/$n-$launcher-np$np-$grid"; mkdir -p "$logdir"
+  echo "== $launcher -np $np grid $grid ${extra_env:+[$extra_env] }: $targets"
+  xs=(); for kv in $extra_env; do xs+=(-x "$kv"); done
   case "$launcher" in
     mpirun) cmd=(mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$np"
                  -x HOROVOD_TORUS_GRID="$grid" -x PAR_LOGDIR="$logdir" -x PYTHON -x PATH
                  -x TF_CPP_MIN_LOG_LEVEL -x PYTHONWARNINGS -x HOROVOD_STALL_SHUTDOWN_TIME_SECONDS
-                 bash tests/parallel/rank_pytest.sh $targets) ;;
-    horovodrun) cmd=(env HOROVOD_TORUS_GRID="$grid" PAR_LOGDIR="$logdir"
+                 "${xs[@]}" bash tests/parallel/rank_pytest.sh $targets) ;;
+    horovodrun) cmd=(env HOROVOD_TORUS_GRID="$grid" PAR_LOGDIR="$logdir" $extra_env
                  horovodrun --gloo -np "$np" -H "localhost:$np" --disable-cache
                  bash tests/parallel/rank_pytest.sh $targets) ;;
     *) echo "unknown launcher '$launcher' in launches.tsv" >&2; exit 2 ;;

@@ -127,3 +127,11 @@ def test_unsupported_op_and_sparse_input(hvd):
         hvd.torus_allreduce(tf.zeros([3]), op=flat_hvd.Max)
     with pytest.raises(TypeError, match="IndexedSlices"):
         hvd.torus_allreduce(tf.IndexedSlices(tf.zeros([1, 2]), tf.constant([0]), tf.constant([3, 2])))
+
+
+def test_backend_follows_the_launcher(hvd):
+    """mpirun (MPI controller, CPU) -> "mpi" backend by default; Gloo -> Horovod ops; env overrides."""
+    import os
+
+    expected = os.environ.get("HOROVOD_TORUS_BACKEND") or ("mpi" if flat_hvd.mpi_enabled() else "horovod")
+    assert hvd.backend() == expected

@@ -41,6 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"any of {' '.join(STRATEGIES)} (all)")
     p.add_argument("--grid", default=None, help="torus grid XxY (default: HOROVOD_TORUS_GRID, else a "
                                                 "node's ranks per row)")
+    p.add_argument("--torus-backend", default=None, choices=("auto", "horovod", "mpi"),
+                   help="data path of the torus strategy (horovod_torus.tensorflow.init(backend=...); "
+                        "default: HOROVOD_TORUS_BACKEND, else auto)")
     p.add_argument("--json", default=None, metavar="FILE", help="write the rows and host facts as JSON")
     p.add_argument("--plot", default=None, metavar="FILE.png", help="plot busbw and time against size")
     return p
@@ -82,7 +85,7 @@ def main(argv=None) -> int:
         for s in [s for s in strategies if s in MPI_STRATEGIES and s not in skipped]:
             skipped[s] = f"MPI has no {config.dtype} datatype"
     strategies = [s for s in strategies if s not in skipped]
-    comm, grid = None, config.grid
+    comm, grid, torus_backend = None, config.grid, None
     if have_mpi:
         from mpi4py import MPI
 
@@ -90,9 +93,12 @@ def main(argv=None) -> int:
     if use_tf:
         import horovod_torus.tensorflow as hvd
 
-        hvd.init(grid=config.grid)
+        from horovod_torus.tensorflow.runtime import backend
+
+        hvd.init(grid=config.grid, backend=args.torus_backend)
         control = HorovodControl()
         grid = str(hvd.grid())
+        torus_backend = backend()
     elif comm is not None:
         control = MpiControl(comm)
     else:
@@ -107,7 +113,7 @@ def main(argv=None) -> int:
         tc.free()
     config = BenchConfig(**{**config.__dict__, "grid": grid})
     launcher = "mpi" if have_mpi else "gloo"
-    host = host_facts(control, launcher=launcher)
+    host = host_facts(control, launcher=launcher, extra={"torus_backend": torus_backend})
     root = control.rank == 0
 
     def emit(row):
@@ -116,7 +122,7 @@ def main(argv=None) -> int:
 
     if root:
         print(f"# horovod_torus.bench: {control.size} ranks on {host['nodes']} host(s), grid {grid}, "
-              f"dtype {config.dtype}, iters {config.iters}, warm-up {config.warmup}, check {int(config.check)}")
+              f"torus backend {torus_backend}, dtype {config.dtype}, iters {config.iters}, warm-up {config.warmup}, check {int(config.check)}")
         for s, why in skipped.items():
             print(f"# skipping strategy {s}: {why}")
         print(format_header(), flush=True)

@@ -20,7 +20,7 @@ import re
 
 __all__ = ["Row", "algbw_gbps", "busbw_gbps", "parse_size", "format_size", "sweep_sizes",
            "summarize_times", "format_table", "bench_document", "write_json_atomic", "DTYPES",
-           "canonical_dtype"]
+           "canonical_dtype", "markdown_table"]
 
 # nccl-tests type names -> numpy/TensorFlow names, and bytes per element.
 DTYPES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int32": 4, "int64": 8}
@@ -191,3 +191,41 @@ def write_json_atomic(path: str, document: dict) -> None:
         json.dump(document, f, indent=1)
         f.write("\n")
     os.replace(tmp, path)
+
+
+def markdown_table(document: dict, sizes) -> str:
+    """A Markdown table of time (avg over ranks, us) and busbw (GB/s) per strategy at ``sizes`` (bytes).
+
+    One row per size, two columns per strategy (in the document's order); a size a strategy lacks is "-".
+
+    Example: ``python -m horovod_torus.bench.report docs/bench_allreduce.json --sizes 4K 1M 16M 128M``.
+    """
+    strategies = list(dict.fromkeys(r["strategy"] for r in document["rows"]))
+    cell = {(r["strategy"], r["size_bytes"]): r for r in document["rows"]}
+    head = "| size | " + " | ".join(f"{s} time (us) | {s} busbw (GB/s)" for s in strategies) + " |"
+    lines = [head, "|" + "---|" * (1 + 2 * len(strategies))]
+    for size in sizes:
+        cells = []
+        for s in strategies:
+            r = cell.get((s, size))
+            cells += ["-", "-"] if r is None else [f"{r['time_us']['avg']:,.0f}", f"{r['busbw_gbps']:.3f}"]
+        lines.append(f"| {format_size(size)}B | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _main(argv=None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m horovod_torus.bench.report",
+                                description="Markdown table of a benchmark JSON at chosen sizes.")
+    p.add_argument("json_file")
+    p.add_argument("--sizes", nargs="+", default=["4K", "1M", "16M", "128M"])
+    args = p.parse_args(argv)
+    with open(args.json_file) as f:
+        doc = json.load(f)
+    print(markdown_table(doc, [parse_size(s) for s in args.sizes]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main())

@@ -101,3 +101,16 @@ def test_config_validation_and_dtype_names():
     with pytest.raises(ValueError, match="strategies"):
         BenchConfig(sizes=(4,), strategies=("nccl",))
     assert BenchConfig(sizes=(2, 4, 1024), dtype="float32").counts() == [1, 256]
+
+
+def test_markdown_table_picks_sizes_per_strategy():
+    from horovod_torus.bench.report import markdown_table
+
+    rows = [Row.from_times("torus", 1024, "float32", [1e-3, 1e-3], 0),
+            Row.from_times("mpi", 1024, "float32", [2e-3, 2e-3], 0),
+            Row.from_times("mpi", 2 ** 18, "float32", [1e-2, 1e-2], 0)]
+    doc = bench_document(rows, world_size=2, grid="2x1", host={}, config={})
+    lines = markdown_table(doc, [4096, 2 ** 20]).splitlines()
+    assert lines[0] == ("| size | torus time (us) | torus busbw (GB/s) | mpi time (us) | mpi busbw (GB/s) |")
+    assert lines[2] == "| 4KB | 1,000 | 0.004 | 2,000 | 0.002 |"
+    assert lines[3] == "| 1MB | - | - | 10,000 | 0.105 |"

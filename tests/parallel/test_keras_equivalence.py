@@ -192,3 +192,29 @@ def test_embedding_gradients_sparse_path_and_sparse_as_dense(hvd, world, sparse_
     ref.compile(optimizer=keras.optimizers.SGD(0.3), loss="mse")
     ref.fit(ids.reshape(-1, 2), y.reshape(-1, 1), batch_size=size * B, shuffle=False, verbose=0)
     check(world, got, ref.get_weights(), gathered)
+
+
+def test_allreduce_strategies_sparse_and_local_sources(hvd, world):
+    """hvd.allreduce/grouped_allreduce: torus == ring == numpy; IndexedSlices all-gathered; a local
+    source's gradient is not reduced (divided by N, Horovod's scale_local_gradients)."""
+    size, rank = world
+    x = tf.constant(np.arange(7, dtype=np.float32) * (rank + 1))
+    torus = hvd.allreduce(x, op=hvd.Sum)
+    ring = hvd.allreduce(x, op=hvd.Sum, strategy="ring")
+    avg, sl = hvd.grouped_allreduce(
+        [x, tf.IndexedSlices(tf.fill([1, 2], float(rank)), tf.constant([rank]), tf.constant([size, 2]))])
+    shared, local = tf.Variable(1.0), tf.Variable(1.0)
+    with tf.GradientTape() as tape:
+        loss = shared * float(rank + 1) + local * float(rank + 1)
+    tape = hvd.DistributedGradientTape(tape)
+    tape.register_local_source(local)
+    g_shared, g_local = tape.gradient(loss, [shared, local])
+    total = np.arange(7) * size * (size + 1) / 2
+    np.testing.assert_allclose(torus.numpy(), total, rtol=1e-6)
+    np.testing.assert_allclose(ring.numpy(), total, rtol=1e-6)
+    np.testing.assert_allclose(avg.numpy(), total / size, rtol=1e-6)
+    assert isinstance(sl, tf.IndexedSlices)
+    np.testing.assert_allclose(tf.convert_to_tensor(sl).numpy(),
+                               np.repeat(np.arange(size, dtype=np.float32)[:, None] / size, 2, 1))
+    assert float(g_shared) == pytest.approx((size + 1) / 2)
+    assert float(g_local) == pytest.approx((rank + 1) / size)

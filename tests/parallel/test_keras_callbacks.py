@@ -86,12 +86,14 @@ def test_metric_average_with_rank_dependent_metrics(hvd, world):
     class RankMetric(keras.callbacks.Callback):
         def on_epoch_end(self, epoch, logs=None):
             logs["rank_metric"] = float(rank + 1) * (epoch + 1)
+            logs["per_class"] = np.array([rank, 2.0 * rank], np.float32)
 
     tiny_fit([RankMetric(), raw, khvd.callbacks.MetricAverageCallback(), averaged], epochs=2,
              seed=10 + rank, scale=1.0 + rank)    # rank-dependent data: rank-dependent losses
     raw_losses = flat_hvd.allgather(tf.constant([[raw.logs[e]["loss"] for e in range(2)]], tf.float64))
     for e in range(2):
         assert averaged.logs[e]["rank_metric"] == pytest.approx((size + 1) / 2 * (e + 1), rel=1e-12)
+        np.testing.assert_allclose(averaged.logs[e]["per_class"], [(size - 1) / 2, size - 1], rtol=1e-12)
         assert averaged.logs[e]["loss"] == pytest.approx(float(np.mean(raw_losses.numpy()[:, e])), rel=1e-12)
     if size > 1:
         assert len(set(raw_losses.numpy()[:, 0].tolist())) == size    # the raw values did differ

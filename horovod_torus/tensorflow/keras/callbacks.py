@@ -90,7 +90,8 @@ class MetricAverageCallback(keras.callbacks.Callback):
     """Average every metric in the epoch's logs over all ranks (in place, before later callbacks).
 
     Put it before the callbacks that read metrics (checkpoint, early stopping, CSV logger). All metrics
-    travel as float64 in ONE grouped all-reduce through ``strategy`` (keyword-only; ``"torus"``).
+    travel as float64 in ONE grouped all-reduce through ``strategy`` (keyword-only; ``"torus"``); a
+    scalar comes back as a Python float, an array metric (e.g. per-class F1) as a numpy array.
     The ranks first check (one small all-gather) that they hold the same metric names, and raise
     ValueError on every rank if not, instead of hanging.
     """
@@ -113,11 +114,11 @@ class MetricAverageCallback(keras.callbacks.Callback):
                              f"(this rank: {names}); every rank must compile the same metrics")
         if not names:
             return
-        values = [tf.constant(float(np.asarray(logs[k])), tf.float64) for k in names]
+        values = [tf.constant(np.asarray(logs[k], np.float64)) for k in names]
         with tf.device(self.device):
             averaged = grouped_allreduce(values, op=_hvd.Average, strategy=self.strategy)
         for k, v in zip(names, averaged):
-            logs[k] = float(v.numpy())
+            logs[k] = float(v.numpy()) if v.shape.rank == 0 else v.numpy()
 
 
 class LearningRateScheduleCallback(keras.callbacks.Callback):

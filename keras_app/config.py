@@ -115,11 +115,11 @@ PRESETS: dict[str, dict[str, dict]] = {
     # README section "app" and the measurements in the comment of DEMO_NOTES below.
     "fashion_mnist_demo": {
         "data": {"dataset": "fashion_mnist", "image_size": 32, "channels": 1, "num_classes": 10,
-                 "augment": "flip"},
+                 "train_examples": 50000, "augment": "flip"},
         "model": {"bn_momentum": 0.9},
-        "optim": {"optimizer": "sgd", "base_lr": 0.1, "base_batch": 256, "momentum": 0.9, "nesterov": True,
-                  "warmup_epochs": 0.5, "decay": "cosine", "label_smoothing": 0.1},
-        "train": {"epochs": 2, "batch_schedule": "0:256,1:512", "output_dir": "runs/fashion_mnist_demo",
+        "optim": {"optimizer": "adam", "base_lr": 0.001, "base_batch": 256, "warmup_epochs": 0.3,
+                  "decay": "cosine", "label_smoothing": 0.1},
+        "train": {"epochs": 3, "batch_schedule": "0:256,1:512", "output_dir": "runs/fashion_mnist_demo",
                   "intra_op_threads": 1, "inter_op_threads": 1},
     },
     # A one-minute smoke run (tests, first try of a new machine).
@@ -134,7 +134,8 @@ PRESETS: dict[str, dict[str, dict]] = {
     # --batch-schedule for its own GPU count (16 then 32 per GPU).
     "imagenet_abci": {
         "data": {"dataset": "imagenet_tfrecord", "data_dir": "/groups/imagenet/tfrecords", "image_size": 224,
-                 "channels": 3, "num_classes": 1000, "augment": "inception", "shuffle_buffer": 10000},
+                 "channels": 3, "num_classes": 1000, "augment": "inception", "shuffle_buffer": 10000,
+                 "train_examples": 1281167, "val_examples": 50000},
         "model": {"bn_momentum": 0.9, "mixed_precision": "mixed_float16"},
         "optim": {"optimizer": "sgd", "base_lr": 0.1, "base_batch": 256, "weight_decay": 5e-5,
                   "warmup_epochs": 5.0, "decay": "linear", "label_smoothing": 0.1},

@@ -14,9 +14,19 @@ from __future__ import annotations
 import os
 import sys
 
+from dataclasses import dataclass
+
 from keras_app.config import AppConfig, parse_args, save_config
 
-__all__ = ["main", "train"]
+__all__ = ["main", "train", "TrainResult"]
+
+
+@dataclass
+class TrainResult:
+    """What :func:`train` returns on every rank: the trained model, and the summary dict on rank 0 (the
+    content of summary.json; None elsewhere)."""
+    model: object
+    summary: dict | None
 
 
 def _configure_tensorflow(cfg: AppConfig) -> None:
@@ -44,8 +54,8 @@ def _optimizer(cfg: AppConfig):
     return keras.optimizers.Lamb(o.base_lr, weight_decay=wd)
 
 
-def train(cfg: AppConfig) -> dict | None:
-    """Run the training described by ``cfg`` on this rank; returns the summary on rank 0, else None.
+def train(cfg: AppConfig) -> TrainResult:
+    """Run the training described by ``cfg`` on this rank.
 
     Raises (on every rank, before any collective): ValueError for a bad config (e.g. a global batch not
     divisible by the world size, a malformed batch schedule), FileNotFoundError for a missing dataset,
@@ -62,6 +72,7 @@ def train(cfg: AppConfig) -> dict | None:
     from keras_app.losses import LabelSmoothedSparseCategoricalCrossentropy
     from keras_app.model import build_resnet50
     from keras_app.report import EpochRecorder, plot_run, write_summary
+    from keras_app.schedules import steps_per_epoch
 
     hvd.init(grid=cfg.train.grid or None)
     size, rank = hvd.size(), hvd.rank()
@@ -106,14 +117,14 @@ def train(cfg: AppConfig) -> dict | None:
     for stage in batch_control.stages(cfg.train.epochs):
         if stage.end_epoch <= start:
             continue
-        steps = data.steps_per_epoch(n_train, stage.global_batch)
+        steps = steps_per_epoch(n_train, stage.global_batch)
         ds = data.train_dataset(cfg.data, stage.global_batch, split, seed=cfg.train.seed + 1000 * stage.start_epoch)
         batch_control.set_pipeline_batch(stage.global_batch)
         model.fit(ds, steps_per_epoch=steps, initial_epoch=max(start, stage.start_epoch),
                   epochs=stage.end_epoch, validation_data=val, validation_freq=cfg.train.val_every_epochs,
                   callbacks=callbacks, verbose=cfg.train.verbose if rank == 0 else 0)
     if rank != 0:
-        return None
+        return TrainResult(model, None)
     summary = write_summary(os.path.join(out, "summary.json"), world_size=size, grid=grid,
                             strategy=cfg.train.strategy, epochs=recorder.epochs, config=cfg.to_dict(),
                             lr_steps=lr_cb.history)
@@ -123,7 +134,7 @@ def train(cfg: AppConfig) -> dict | None:
           f"{f['train_seconds']:.0f} s of training; summary {os.path.join(out, 'summary.json')}, "
           f"plot {os.path.join(out, 'training.png')}, TensorBoard {os.path.join(out, 'tensorboard')}",
           flush=True)
-    return summary
+    return TrainResult(model, summary)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -66,6 +66,35 @@ def config_from_args(args) -> BenchConfig:
                        strategies=tuple(dict.fromkeys(args.strategies)), grid=args.grid)
 
 
+def _start(config, args, use_tf, have_mpi, strategies):
+    """Initialise Horovod and/or MPI; returns (control, comm, grid string, torus backend)."""
+    comm, grid, torus_backend = None, config.grid, None
+    if have_mpi:
+        from mpi4py import MPI
+
+        comm = MPI.COMM_WORLD
+    if use_tf:
+        import horovod_torus.tensorflow as hvd
+
+        from horovod_torus.tensorflow.runtime import backend
+
+        hvd.init(grid=config.grid, backend=args.torus_backend)
+        control = HorovodControl()
+        grid = str(hvd.grid())
+        torus_backend = backend()
+    elif comm is not None:
+        control = MpiControl(comm)
+    else:
+        raise AssertionError("unreachable: main() returns before _start when no strategy can run")
+    if "mpi-torus" in strategies:  # validates an explicit grid on every rank, or resolves the default
+        from horovod_torus.mpi import TorusComm
+
+        tc = TorusComm.create(comm, grid)
+        grid = str(tc.grid)
+        tc.free()
+    return control, comm, grid, torus_backend
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -85,32 +114,16 @@ def main(argv=None) -> int:
         for s in [s for s in strategies if s in MPI_STRATEGIES and s not in skipped]:
             skipped[s] = f"MPI has no {config.dtype} datatype"
     strategies = [s for s in strategies if s not in skipped]
-    comm, grid, torus_backend = None, config.grid, None
-    if have_mpi:
-        from mpi4py import MPI
-
-        comm = MPI.COMM_WORLD
-    if use_tf:
-        import horovod_torus.tensorflow as hvd
-
-        from horovod_torus.tensorflow.runtime import backend
-
-        hvd.init(grid=config.grid, backend=args.torus_backend)
-        control = HorovodControl()
-        grid = str(hvd.grid())
-        torus_backend = backend()
-    elif comm is not None:
-        control = MpiControl(comm)
-    else:
-        print("horovod_torus.bench: error: nothing to run: the MPI strategies need an MPI launcher and no "
-              "TensorFlow strategy was asked for", file=sys.stderr)
+    if not strategies:
+        reasons = "; ".join(f"{s}: {why}" for s, why in skipped.items())
+        print(f"horovod_torus.bench: error: nothing to run ({reasons}); add --strategies torus ring",
+              file=sys.stderr)
         return 2
-    if grid is None and any(s == "mpi-torus" for s in strategies):
-        from horovod_torus.mpi import TorusComm
-
-        tc = TorusComm.create(comm, None)
-        grid = str(tc.grid)
-        tc.free()
+    try:
+        control, comm, grid, torus_backend = _start(config, args, use_tf, have_mpi, strategies)
+    except ValueError as e:  # raised on every rank before any collective (e.g. a grid that does not fit)
+        print(f"horovod_torus.bench: error: {e}", file=sys.stderr)
+        return 2
     config = BenchConfig(**{**config.__dict__, "grid": grid})
     launcher = "mpi" if have_mpi else "gloo"
     host = host_facts(control, launcher=launcher, extra={"torus_backend": torus_backend})

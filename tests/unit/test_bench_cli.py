@@ -1,0 +1,45 @@
+"""CLI validation of python -m horovod_torus.bench (no MPI launch: errors come before any collective)."""
+import pytest
+
+from horovod_torus.bench.__main__ import build_parser, config_from_args, main
+from horovod_torus.bench.world import mpi_launched
+
+
+def parse(*argv):
+    return config_from_args(build_parser().parse_args(list(argv)))
+
+
+def test_defaults_and_nccl_tests_flags():
+    c = parse()
+    assert c.sizes[0] == 4 and c.sizes[-1] == 128 * 2 ** 20 and len(c.sizes) == 26
+    assert (c.iters, c.warmup, c.check, c.dtype) == (20, 5, True, "float32")
+    assert c.strategies == ("torus", "ring", "mpi-torus", "mpi")
+    c = parse("-b", "1K", "-e", "1M", "-f", "32", "-n", "3", "-w", "0", "-c", "0", "-d", "half",
+              "--strategies", "ring", "ring", "mpi", "--grid", "2x2")
+    assert c.sizes == (1024, 32768, 1048576) and (c.iters, c.warmup, c.check) == (3, 0, False)
+    assert c.dtype == "float16" and c.strategies == ("ring", "mpi") and c.grid == "2x2"
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--strategies", "nccl"], "--strategies nccl unknown"),
+    (["--grid", "2by2"], "malformed"),
+    (["-b", "1M", "-e", "4K"], "exceeds maximum size"),
+    (["--plot", "out.svg"], "must name a .png"),
+    (["-d", "complex64"], "dtype 'complex64' is not supported"),
+    (["-n", "0"], "iterations -n 0"),
+])
+def test_bad_flags_fail_before_any_collective(argv, message, capsys):
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_gloo_launch_skips_mpi_strategies(monkeypatch, capsys):
+    assert mpi_launched({"OMPI_COMM_WORLD_SIZE": "4", "HOROVOD_SIZE": "4"})
+    assert mpi_launched({})  # a plain process is an MPI singleton
+    assert not mpi_launched({"HOROVOD_SIZE": "4", "HOROVOD_RANK": "0"})
+    monkeypatch.setenv("HOROVOD_SIZE", "4")
+    for k in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS", "MV2_COMM_WORLD_SIZE"):
+        monkeypatch.delenv(k, raising=False)
+    assert main(["--strategies", "mpi", "mpi-torus"]) == 2
+    err = capsys.readouterr().err
+    assert "nothing to run" in err and "horovodrun --gloo" in err

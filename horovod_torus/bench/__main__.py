@@ -113,6 +113,8 @@ def main(argv=None) -> int:
     if config.dtype in ("float16", "bfloat16"):
         for s in [s for s in strategies if s in MPI_STRATEGIES and s not in skipped]:
             skipped[s] = f"MPI has no {config.dtype} datatype"
+    if config.dtype == "bfloat16" and "ring" in strategies:
+        skipped["ring"] = "Horovod 0.28.1 has no bfloat16 all-reduce kernel"
     strategies = [s for s in strategies if s not in skipped]
     if not strategies:
         reasons = "; ".join(f"{s}: {why}" for s, why in skipped.items())

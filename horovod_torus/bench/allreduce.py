@@ -106,6 +106,7 @@ def count_wrong(result, expected) -> int:
 
 
 def _time_loop(step, iters, warmup, barrier, sync):
+    """Per-iteration seconds on this rank: warm-up, wait, barrier, `iters` timed steps, wait."""
     for _ in range(warmup):
         step()
     sync()

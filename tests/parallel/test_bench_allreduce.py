@@ -15,7 +15,9 @@ def test_short_sweep_every_strategy_correct(hvd, world, tmp_path):
     rc = main(["-b", "4", "-e", "64K", "-f", "64", "-n", "2", "-w", "1", "--json", str(path)])
     rc_f64 = main(["-b", "3", "-e", "3000", "-f", "10", "-n", "1", "-w", "0", "-d", "double",
                    "--strategies", "torus", "mpi-torus", "--json", str(tmp_path / "f64.json")])
-    assert rc == 0 and rc_f64 == 0
+    rc_bf16 = main(["-b", "2", "-e", "2000", "-f", "10", "-n", "1", "-w", "1", "-d", "bfloat16",
+                    "--json", str(tmp_path / "bf16.json")])
+    assert rc == 0 and rc_f64 == 0 and rc_bf16 == 0
     if rank != 0:
         return
     doc = json.loads(path.read_text())
@@ -36,3 +38,8 @@ def test_short_sweep_every_strategy_correct(hvd, world, tmp_path):
     # 3 B is below one float64 element, so the sweep starts at 30 B = 3 elements (sizes not multiples of X)
     assert [(r["count"], r["dtype"], r["wrong"]) for r in f64["rows"] if r["strategy"] == "torus"] == [
         (3, "float64", 0), (37, "float64", 0), (375, "float64", 0)]
+    bf16 = json.loads((tmp_path / "bf16.json").read_text())
+    # only the torus sums bfloat16 (as float32): Horovod and MPI have no bfloat16 reduction
+    assert {"ring", "mpi"} <= set(bf16["skipped"])
+    assert [(r["strategy"], r["count"], r["wrong"]) for r in bf16["rows"]] == [
+        ("torus", 1, 0), ("torus", 10, 0), ("torus", 100, 0), ("torus", 1000, 0)]

@@ -9,7 +9,7 @@ on row/column communicators split from ``MPI_COMM_WORLD`` (ranks equal Horovod's
 
 Ordering: the numpy function is stateful, so inside ``tf.function`` TensorFlow's automatic control
 dependencies run the calls in program order on every rank, which is the order MPI collectives need.
-float16 has no MPI datatype: it is summed by a user-defined MPI op on 2-byte elements (numpy arithmetic).
+float16 has no MPI datatype: :mod:`horovod_torus.mpi` moves it as 2-byte words and sums it with numpy.
 """
 from __future__ import annotations
 
@@ -27,22 +27,6 @@ def create_torus_comm(grid) -> TorusComm:
     return TorusComm.create(MPI.COMM_WORLD, grid)
 
 
-def _sum_float16(inbuf, inoutbuf, datatype):
-    a = np.frombuffer(inbuf, dtype=np.float16)
-    b = np.frombuffer(inoutbuf, dtype=np.float16)
-    np.add(a, b, out=b)
-
-
-_FLOAT16 = {"type": None, "op": None}
-
-
-def _float16_type_and_op():
-    if _FLOAT16["type"] is None:
-        _FLOAT16["type"] = MPI.UINT16_T.Dup().Commit()
-        _FLOAT16["op"] = MPI.Op.Create(_sum_float16, commute=True)
-    return _FLOAT16["type"], _FLOAT16["op"]
-
-
 def _scale(a: np.ndarray, factor: float) -> np.ndarray:
     """Horovod's ScaleBuffer on CPU: multiply in double precision, integers truncated toward zero."""
     if factor == 1.0:
@@ -55,11 +39,7 @@ def _scale(a: np.ndarray, factor: float) -> np.ndarray:
 def _reduce(tc: TorusComm, a: np.ndarray, prescale: float, postscale: float) -> np.ndarray:
     a = _scale(a, prescale)
     out = np.empty_like(a)
-    if a.dtype == np.float16:
-        datatype, op = _float16_type_and_op()
-        three_phases(tc, a.view(np.uint16), out.view(np.uint16), op, datatype)
-    else:
-        three_phases(tc, a, out, MPI.SUM)
+    three_phases(tc, a, out, MPI.SUM)
     return _scale(out, postscale)
 
 

@@ -57,6 +57,35 @@ def test_bad_grid_raises_on_every_rank_before_communicating():
         torus_allreduce(COMM, np.ones(3), grid=TorusTopology(size + 1, 1))
     with pytest.raises(ValueError, match="malformed"):
         torus_allreduce(COMM, np.ones(3), grid="2by2")
-    with pytest.raises(TypeError, match="dtype float16 has no MPI datatype"):
-        torus_allreduce(COMM, np.ones(3, dtype=np.float16))
+    with pytest.raises(TypeError, match="dtype object has no MPI datatype"):
+        torus_allreduce(COMM, np.ones(3, dtype=object))
     COMM.Barrier()  # every rank reached this point: nobody is stuck in a collective
+
+
+@pytest.mark.parametrize("count", [65536 + 3, 300_001, 1 << 20])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int64", "float16"])
+def test_ring_path_for_large_buffers_matches_mpi_allreduce(count, dtype):
+    """Buffers >= RING_MIN_BYTES take the Sendrecv rings in phases 1 and 3 (uneven counts included)."""
+    from horovod_torus.mpi import RING_MIN_BYTES
+
+    size, rank = COMM.Get_size(), COMM.Get_rank()
+    send = ((np.arange(count) % 5) * (rank + 1) + rank).astype(dtype)
+    out = torus_allreduce(COMM, send)
+    exp = np.sum([((np.arange(count) % 5) * (r + 1) + r) for r in range(size)], axis=0).astype(np.float64)
+    np.testing.assert_array_equal(out.astype(np.float64), exp)  # small integers: exact in every dtype
+    if send.nbytes >= RING_MIN_BYTES and dtype != "float16":
+        ref = np.empty_like(send)
+        COMM.Allreduce(send, ref)
+        np.testing.assert_array_equal(out, ref)
+    inplace = send.copy()
+    torus_allreduce(COMM, inplace, recvbuf=inplace)  # aliasing buffers fall back to the library path
+    np.testing.assert_array_equal(inplace, out)
+
+
+def test_float16_small_and_max_op():
+    size, rank = COMM.Get_size(), COMM.Get_rank()
+    out = torus_allreduce(COMM, np.full(5, rank + 1, np.float16))
+    np.testing.assert_array_equal(out, np.full(5, size * (size + 1) / 2, np.float16))
+    with pytest.raises(TypeError, match="float16 supports op=MPI.SUM only"):
+        torus_allreduce(COMM, np.ones(3, np.float16), op=MPI.MAX)
+    COMM.Barrier()

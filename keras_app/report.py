@@ -90,8 +90,9 @@ def plot_run(summary: dict, path: str) -> None:
     ax2 = ax.twinx()
     ax2.step([s[0] for s in steps], [s[3] for s in steps], where="post", color="tab:orange")
     ax2.set_ylabel("global batch (images)", color="tab:orange")
-    fig.suptitle(f"ResNet-50, {summary['world_size']} ranks, grid {summary['grid']}, "
-                 f"strategy {summary['strategy']}: final val top-1 {summary['final']['val_top1']}")
+    top1 = summary["final"]["val_top1"]
+    fig.suptitle(f"ResNet-50, {summary['world_size']} ranks, grid {summary['grid']}, strategy "
+                 f"{summary['strategy']}: final val top-1 " + ("n/a" if top1 is None else f"{top1:.4f}"))
     fig.tight_layout()
     tmp = f"{path}.tmp-{os.getpid()}.png"
     fig.savefig(tmp, dpi=90)

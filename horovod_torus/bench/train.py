@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import resource
 import sys
 import time
 
@@ -116,11 +117,13 @@ class TrainResult:
     images_per_s_per_rank: float
     sync_share: float
     replicas_in_sync: bool
+    peak_rss_bytes: int = 0
 
     @classmethod
     def from_times(cls, config, world_size, grid, parameters, grad_tensors, grad_bytes, step_times, sync_times,
-                   replicas_in_sync):
-        """Build from every rank's step time and isolated sync time (seconds)."""
+                   replicas_in_sync, peak_rss_bytes=0):
+        """Build from every rank's step time and isolated sync time (seconds); ``peak_rss_bytes`` is the
+        largest peak resident set size over the ranks (bytes, getrusage ru_maxrss)."""
         step = {k: v / 1e6 for k, v in summarize_times(step_times).items()}
         sync = {k: v / 1e6 for k, v in summarize_times(sync_times).items()}
         ips = throughput(config.batch_size * world_size, step["avg"])
@@ -128,7 +131,8 @@ class TrainResult:
                    global_batch=config.batch_size * world_size, image_size=config.image_size,
                    parameters=parameters, gradient_tensors=grad_tensors, gradient_bytes=grad_bytes,
                    step_time_s=step, sync_time_s=sync, images_per_s=ips, images_per_s_per_rank=ips / world_size,
-                   sync_share=sync["avg"] / step["avg"], replicas_in_sync=bool(replicas_in_sync))
+                   sync_share=sync["avg"] / step["avg"], replicas_in_sync=bool(replicas_in_sync),
+                   peak_rss_bytes=int(peak_rss_bytes))
 
     def table(self) -> str:
         s, g = self.step_time_s, self.sync_time_s
@@ -142,7 +146,8 @@ class TrainResult:
             f"{'grad sync (ms)':>14} {g['min'] * 1e3:>10.1f} {g['avg'] * 1e3:>10.1f} {g['max'] * 1e3:>10.1f}",
             f"images/s: {self.images_per_s:.2f} total, {self.images_per_s_per_rank:.2f} per rank; "
             f"gradient sync share of step time: {self.sync_share:.1%}; weights identical on every rank after "
-            f"training: {'yes' if self.replicas_in_sync else 'NO'}"])
+            f"training: {'yes' if self.replicas_in_sync else 'NO'}",
+            f"peak resident memory (max over ranks): {self.peak_rss_bytes / 2**20:.0f} MiB"])
 
 
 def _wait(out):
@@ -199,11 +204,13 @@ def run(config: TrainBenchConfig):
     sync_fn = tf.function(lambda: reduce(grads, op=hvd.Average, name="sync"))  # every output is fetched
     sync_s = _timed(sync_fn, config.sync_iters, 1, control.barrier)
     checksum = float(sum(tf.reduce_sum(tf.cast(tf.abs(v), tf.float64)) for v in variables))
-    gathered = control.gather([step_s, sync_s, checksum])
+    peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+    gathered = control.gather([step_s, sync_s, checksum, peak_rss])
     grad_bytes = sum(int(g.shape.num_elements()) * g.dtype.size for g in grads)
     params = sum(int(np.prod(v.shape)) for v in variables)
     result = TrainResult.from_times(config, control.size, str(hvd.grid()), params, len(grads), grad_bytes,
-                                    gathered[:, 0], gathered[:, 1], bool((gathered[:, 2] == gathered[0, 2]).all()))
+                                    gathered[:, 0], gathered[:, 1], bool((gathered[:, 2] == gathered[0, 2]).all()),
+                                    gathered[:, 3].max())
     from horovod_torus.tensorflow.runtime import backend
 
     host = host_facts(control, launcher="mpi" if mpi_launched() else "gloo", extra={"torus_backend": backend()})

@@ -12,11 +12,14 @@ import tensorflow as tf
 from keras_app.config import parse_args
 from keras_app.schedules import learning_rate
 
-# 64 images, 4 epochs: 2 steps at global batch 32, then 2 x 1 step at 64 (from epoch 2); SGD at a low rate,
-# so that the loss of ResNet-50's random start (~6, large logits) falls within 6 steps.
-BASE = ["--train-examples", "64", "--val-examples", "64", "--batch-schedule", "0:32,2:64", "--epochs", "4",
-        "--optimizer", "sgd", "--base-lr", "0.01", "--base-batch", "32", "--warmup-epochs", "1",
-        "--decay", "linear", "--val-every-epochs", "2", "--augment", "none", "--verbose", "0",
+# 512 images, 4 epochs: 8 steps per epoch at global batch 64, then 4 per epoch at 128 (from epoch 2);
+# Adam warmed up over half an epoch. ResNet-50's loss first rises from its random start (~4.5, large
+# logits) for a few steps, then falls: 24 steps take it clearly below the first epoch's mean.
+SCHEDULE = [(0, 64, 8), (1, 64, 8), (2, 128, 4), (3, 128, 4)]            # (epoch, global batch, steps)
+LR = dict(base_lr=0.001, base_batch=64, warmup_epochs=0.5, total_epochs=4, decay="cosine")
+BASE = ["--train-examples", "512", "--val-examples", "64", "--batch-schedule", "0:64,2:128", "--epochs", "4",
+        "--optimizer", "adam", "--base-lr", "0.001", "--base-batch", "64", "--warmup-epochs", "0.5",
+        "--decay", "cosine", "--val-every-epochs", "2", "--augment", "none", "--verbose", "0",
         "--label-smoothing", "0.1"]
 
 
@@ -49,7 +52,7 @@ def test_loss_falls_and_weights_identical(hvd, full_run):
     assert len(set(crcs.tolist())) == 1, f"trainable weights differ across ranks: {crcs}"
     if hvd.rank() == 0:
         ep = summary["epochs"]
-        assert [e["epoch"] for e in ep] == [1, 2, 3, 4] and [e["global_batch"] for e in ep] == [32, 32, 64, 64]
+        assert [e["epoch"] for e in ep] == [1, 2, 3, 4] and [e["global_batch"] for e in ep] == [64, 64, 128, 128]
         assert ep[-1]["train_loss"] < ep[0]["train_loss"]
         assert summary["world_size"] == hvd.size() and summary["strategy"] == "torus"
         assert summary["grid"] == os.environ["HOROVOD_TORUS_GRID"]
@@ -57,12 +60,11 @@ def test_loss_falls_and_weights_identical(hvd, full_run):
         for f in ("summary.json", "config.json", "training.png"):
             assert os.path.getsize(os.path.join(out, f)) > 0
         assert os.listdir(os.path.join(out, "tensorboard"))
-        # the per-step rates equal the pure schedule: 2 + 2 steps at batch 32, then 1 + 1 at batch 64
+        # the per-step rates equal the pure schedule, across the batch change
         steps = summary["steps"]
-        assert [s[0] for s in steps] == list(range(6)) and [s[3] for s in steps] == [32] * 4 + [64] * 2
-        expect = [learning_rate(e, b, base_lr=0.01, base_batch=32, warmup_epochs=1, total_epochs=4,
-                                decay="linear")
-                  for e, b in [(0, 32), (.5, 32), (1, 32), (1.5, 32), (2, 64), (3, 64)]]
+        assert [s[0] for s in steps] == list(range(24))
+        assert [s[3] for s in steps] == [b for _, b, n in SCHEDULE for _ in range(n)]
+        expect = [learning_rate(e + k / n, b, **LR) for e, b, n in SCHEDULE for k in range(n)]
         np.testing.assert_allclose([s[2] for s in steps], expect, rtol=1e-12)
 
 

@@ -36,7 +36,26 @@ def _scale(a: np.ndarray, factor: float) -> np.ndarray:
     return (a * factor).astype(a.dtype, copy=False)
 
 
+def check_same_buffer(comm: MPI.Comm, a: np.ndarray) -> None:
+    """Raise ValueError on every rank unless every rank passes a buffer of the same length and dtype.
+
+    MPI does not check (a mismatch would hang or corrupt), so the ranks compare (length, dtype) first in
+    one 4-integer MPI_Allreduce(MAX) of [n, -n, code, -code]: every rank gets the same answer and raises
+    together, before any data moves. This plays the part of Horovod's shape check on the Horovod backend.
+    """
+    code = np.dtype(a.dtype).num
+    mine = np.array([a.size, -a.size, code, -code], dtype=np.int64)
+    seen = np.empty_like(mine)
+    comm.Allreduce(mine, seen, op=MPI.MAX)
+    if seen[0] != -seen[1] or seen[2] != -seen[3]:
+        raise ValueError(
+            f"torus all-reduce: the ranks passed different buffers (fused length {-seen[1]}..{seen[0]} "
+            f"elements; this rank {a.size} x {a.dtype}): shapes and dtypes must match across ranks, "
+            f"position by position")
+
+
 def _reduce(tc: TorusComm, a: np.ndarray, prescale: float, postscale: float) -> np.ndarray:
+    check_same_buffer(tc.comm, a)
     a = _scale(a, prescale)
     out = np.empty_like(a)
     three_phases(tc, a, out, MPI.SUM)

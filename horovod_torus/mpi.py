@@ -130,6 +130,9 @@ def torus_allreduce(comm, sendbuf, recvbuf=None, op=MPI.SUM, grid=None):
     elif recvbuf.shape != send.shape or recvbuf.dtype != send.dtype:
         raise ValueError(f"recvbuf has shape {recvbuf.shape} and dtype {recvbuf.dtype}; expected "
                          f"{send.shape} and {send.dtype} like sendbuf")
+    if send.dtype.kind not in "iuf":
+        raise TypeError(f"dtype {send.dtype} is not supported by the torus all-reduce: use an integer "
+                        f"or floating dtype (float16/32/64, int32/64, ...)")
     if send.dtype != np.float16:
         try:
             from_numpy_dtype(send.dtype)
@@ -176,7 +179,9 @@ def _wire_op(op, dtype):
     if dtype != np.float16:
         return op
     if op != MPI.SUM:
-        raise TypeError(f"float16 supports op=MPI.SUM only, got {op}")
+        name = next((n for n in ("MAX", "MIN", "PROD") if getattr(MPI, n) == op), "a user-defined op")
+        raise TypeError(f"float16 supports op=MPI.SUM only, got MPI.{name}" if name[0] != "a" else
+                        f"float16 supports op=MPI.SUM only, got {name}")
     if "op" not in _float16:
         _float16["op"] = MPI.Op.Create(_sum_float16, commute=True)
     return _float16["op"]

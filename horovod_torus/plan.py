@@ -62,6 +62,15 @@ def _link(spec: dict, what: str) -> Link:
         raise ValueError(f"cluster description: {what} needs latency_us and bandwidth_gbps (missing {e})") from None
 
 
+def _load_json(path: str, flag: str):
+    """json.load of ``path``; a file that is not JSON raises ValueError naming the flag and the path."""
+    with open(path) as f:
+        try:
+            return json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{flag} {path}: not a JSON file ({e})") from None
+
+
 def cluster_from_args(args, bench_doc: dict | None = None) -> Cluster:
     """Preset, then the --cluster file, then single flags; a single-node cluster from the benchmark JSON
     when neither preset nor file is given. Raises ValueError naming what is missing."""
@@ -69,8 +78,7 @@ def cluster_from_args(args, bench_doc: dict | None = None) -> Cluster:
     if args.preset:
         base = PRESETS[args.preset]
     if args.cluster:
-        with open(args.cluster) as f:
-            spec = json.load(f)
+        spec = _load_json(args.cluster, "--cluster")
         base = Cluster(nodes=int(spec["nodes"]), ranks_per_node=int(spec["ranks_per_node"]),
                        intra=_link(spec["intra"], "intra"), inter=_link(spec["inter"], "inter"),
                        gamma=float(spec.get("gamma_ps_per_byte", 0.0)) / 1e12, name=spec.get("name", args.cluster))
@@ -136,8 +144,7 @@ def main(argv=None) -> int:
     try:
         doc = None
         if args.calibrate:
-            with open(args.calibrate) as f:
-                doc = json.load(f)
+            doc = _load_json(args.calibrate, "--calibrate")
         cluster = cluster_from_args(args, doc)
         out = {"cluster": dataclasses.asdict(cluster), "predictions": []}
         if doc is not None:

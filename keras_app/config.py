@@ -137,7 +137,8 @@ PRESETS: dict[str, dict[str, dict]] = {
     # A one-minute smoke run (tests, first try of a new machine).
     "fashion_mnist_smoke": {
         "data": {"dataset": "fashion_mnist", "train_examples": 1024, "val_examples": 512},
-        "optim": {"warmup_epochs": 1.0},
+        "model": {"bn_momentum": 0.9},
+        "optim": {"optimizer": "adam", "base_lr": 0.001, "base_batch": 256, "warmup_epochs": 1.0},
         "train": {"epochs": 2, "batch_schedule": "0:64,1:128", "output_dir": "runs/smoke", "verbose": 2},
     },
     # The paper's ImageNet recipe (Mikami et al. v1): 90 epochs at 224x224, the first 5 epochs at the low

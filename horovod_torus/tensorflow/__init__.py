@@ -10,6 +10,15 @@ from horovod.tensorflow import (  # noqa: F401  (re-exported: the names Horovod 
     Average, Compression, ProcessSet, Sum, allgather, broadcast, global_process_set, is_initialized,
     local_rank, local_size, rank, size,
 )
+# Passed through unchanged, so a script keeps working after the import swap: the other reduction ops
+# (for strategy="ring"; the torus itself does Sum/Average), topology queries, build/controller queries,
+# the object and other collectives, and the timeline.
+from horovod.tensorflow import (  # noqa: F401
+    Adasum, Max, Min, Product, add_process_set, allgather_object, alltoall, broadcast_object,
+    ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled, grouped_allgather,
+    grouped_reducescatter, is_homogeneous, join, mpi_built, mpi_enabled, mpi_threads_supported, nccl_built,
+    reducescatter, remove_process_set, rocm_built, start_timeline, stop_timeline,
+)
 
 from horovod_torus.tensorflow.collectives import (  # noqa: F401
     SUPPORTED_DTYPES, grouped_torus_allreduce, torus_allreduce,

@@ -104,7 +104,7 @@ def grouped_torus_allreduce(tensors, op=Average, name=None, compression=Compress
         else:
             suffix = f"{name}_{g.dtype}" if name else None
             buf = _pack(members, g)
-            out = _torus_sum(buf, sets, prescale_factor, postscale_factor, divisor, suffix)
+            out = _torus_sum(buf, sets, prescale_factor, postscale_factor, divisor, suffix, g.shapes)
             reduced = _unpack(out, g)
         for i, r in zip(g.indices, reduced):
             if upcast[i]:
@@ -117,8 +117,11 @@ def _check_op(op):
     if op is None:
         return Average
     if op not in (Average, Sum):
-        raise ValueError(f"torus all-reduce supports op=Average or op=Sum, got op={op!r}; use "
-                         f"horovod.tensorflow.allreduce (strategy='ring') for Min/Max/Product/Adasum")
+        names = {getattr(_hvd, n): n for n in ("Max", "Min", "Product", "Adasum")}
+        label = names.get(op, repr(op))
+        hint = ("Adasum is not supported by horovod_torus" if label == "Adasum" else
+                f"use strategy='ring' (Horovod's own all-reduce) for op={label}")
+        raise ValueError(f"torus all-reduce supports op=Average or op=Sum, got op={label}: {hint}")
     return op
 
 
@@ -147,7 +150,7 @@ def _postscale(shard, postscale, divisor):
     return shard * tf.constant(factor, shard.dtype)
 
 
-def _torus_sum(buf, sets, prescale, postscale, divisor, name):
+def _torus_sum(buf, sets, prescale, postscale, divisor, name, shapes):
     """The three phases on one flat buffer (1-D, same length on every rank)."""
     row, column = sets.row, sets.column
     if row is None and column is None:  # a single rank: Horovod's own op applies the scaling
@@ -156,7 +159,7 @@ def _torus_sum(buf, sets, prescale, postscale, divisor, name):
     if runtime.backend() == "mpi":
         from horovod_torus.tensorflow.mpi_backend import torus_sum_mpi
 
-        return torus_sum_mpi(buf, runtime.torus_comm(), prescale, postscale, divisor)
+        return torus_sum_mpi(buf, runtime.torus_comm(), prescale, postscale, divisor, shapes)
     shard = buf
     if row is not None:
         shard = _hvd.reducescatter(shard, op=Sum, process_set=row, name=name and f"{name}_rs",

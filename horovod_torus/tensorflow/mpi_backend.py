@@ -13,6 +13,8 @@ float16 has no MPI datatype: :mod:`horovod_torus.mpi` moves it as 2-byte words a
 """
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 import tensorflow as tf
 from mpi4py import MPI
@@ -36,33 +38,35 @@ def _scale(a: np.ndarray, factor: float) -> np.ndarray:
     return (a * factor).astype(a.dtype, copy=False)
 
 
-def check_same_buffer(comm: MPI.Comm, a: np.ndarray) -> None:
-    """Raise ValueError on every rank unless every rank passes a buffer of the same length and dtype.
+def check_same_buffer(comm: MPI.Comm, a: np.ndarray, signature: int = 0) -> None:
+    """Raise ValueError on every rank unless every rank passes the same buffer layout.
 
-    MPI does not check (a mismatch would hang or corrupt), so the ranks compare (length, dtype) first in
-    one 4-integer MPI_Allreduce(MAX) of [n, -n, code, -code]: every rank gets the same answer and raises
-    together, before any data moves. This plays the part of Horovod's shape check on the Horovod backend.
+    MPI does not check (a mismatch would hang or corrupt), so the ranks first compare (length, dtype,
+    ``signature`` = a checksum of the fused tensors' shapes) in one 6-integer MPI_Allreduce(MAX) of
+    [v, -v, ...]: every rank gets the same answer and raises together, before any data moves. This plays
+    the part of Horovod's shape check (which the Horovod backend gets from Horovod itself).
     """
-    code = np.dtype(a.dtype).num
-    mine = np.array([a.size, -a.size, code, -code], dtype=np.int64)
+    keys = np.array([a.size, np.dtype(a.dtype).num, signature], dtype=np.int64)
+    mine = np.concatenate([keys, -keys])
     seen = np.empty_like(mine)
     comm.Allreduce(mine, seen, op=MPI.MAX)
-    if seen[0] != -seen[1] or seen[2] != -seen[3]:
+    if (seen[:3] != -seen[3:]).any():
         raise ValueError(
-            f"torus all-reduce: the ranks passed different buffers (fused length {-seen[1]}..{seen[0]} "
-            f"elements; this rank {a.size} x {a.dtype}): shapes and dtypes must match across ranks, "
-            f"position by position")
+            f"torus all-reduce: the ranks passed different tensors (fused length {-seen[3]}..{seen[0]} "
+            f"elements; this rank {a.size} x {a.dtype}; shapes, dtypes or their order differ): shapes and "
+            f"dtypes must match across ranks, position by position")
 
 
-def _reduce(tc: TorusComm, a: np.ndarray, prescale: float, postscale: float) -> np.ndarray:
-    check_same_buffer(tc.comm, a)
+def _reduce(tc: TorusComm, a: np.ndarray, prescale: float, postscale: float, signature: int) -> np.ndarray:
+    check_same_buffer(tc.comm, a, signature)
     a = _scale(a, prescale)
     out = np.empty_like(a)
     three_phases(tc, a, out, MPI.SUM)
     return _scale(out, postscale)
 
 
-def torus_sum_mpi(buf: tf.Tensor, tc: TorusComm, prescale: float, postscale: float, divisor: int) -> tf.Tensor:
+def torus_sum_mpi(buf: tf.Tensor, tc: TorusComm, prescale: float, postscale: float, divisor: int,
+                  shapes=()) -> tf.Tensor:
     """Sum a flat buffer over all ranks through the torus with MPI; scale like Horovod does.
 
     Args:
@@ -70,6 +74,7 @@ def torus_sum_mpi(buf: tf.Tensor, tc: TorusComm, prescale: float, postscale: flo
         tc: the TorusComm made at init.
         prescale, postscale: factors applied before and after the sum (float32 attributes in Horovod, so
             they are rounded to float32 here too); ``divisor`` (N for Average, else 1) divides once.
+        shapes: the fused tensors' shapes; their checksum is compared across ranks before the sum.
 
     Returns:
         A tensor like ``buf`` holding postscale/divisor * sum_k(prescale * buf_k).
@@ -77,8 +82,10 @@ def torus_sum_mpi(buf: tf.Tensor, tc: TorusComm, prescale: float, postscale: flo
     pre = float(np.float32(prescale))
     post = float(np.float32(postscale)) / divisor
 
+    signature = zlib.crc32(repr(tuple(tuple(s) for s in shapes)).encode())
+
     def fn(a):
-        return _reduce(tc, a, pre, post)
+        return _reduce(tc, a, pre, post, signature)
 
     out = tf.numpy_function(fn, [buf], buf.dtype, stateful=True, name="TorusAllreduceMPI")
     out.set_shape(buf.shape)

@@ -131,7 +131,7 @@ PRESETS: dict[str, dict[str, dict]] = {
         "model": {"bn_momentum": 0.9},
         "optim": {"optimizer": "adam", "base_lr": 0.001, "base_batch": 256, "warmup_epochs": 0.3,
                   "decay": "cosine", "label_smoothing": 0.1},
-        "train": {"epochs": 3, "batch_schedule": "0:256,1:512", "output_dir": "runs/fashion_mnist_demo",
+        "train": {"epochs": 4, "batch_schedule": "0:256,1:512", "output_dir": "runs/fashion_mnist_demo",
                   "intra_op_threads": 1, "inter_op_threads": 1},
     },
     # A one-minute smoke run (tests, first try of a new machine).

@@ -55,6 +55,10 @@ class BenchConfig:
             raise ValueError(f"warm-up iterations -w {self.warmup} must be >= 0")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype {self.dtype!r} is not one of {', '.join(DTYPES)}")
+        if not any(s >= DTYPES[self.dtype] for s in self.sizes):
+            raise ValueError(f"message sizes {list(self.sizes)} bytes are all below one {self.dtype} element "
+                             f"({DTYPES[self.dtype]} bytes): raise -e/--maxbytes to at least "
+                             f"{DTYPES[self.dtype]}")
         unknown = [s for s in self.strategies if s not in TF_STRATEGIES + MPI_STRATEGIES]
         if unknown or not self.strategies:
             raise ValueError(f"strategies {list(self.strategies)} invalid: choose among "

@@ -101,6 +101,9 @@ def test_config_validation_and_dtype_names():
     with pytest.raises(ValueError, match="strategies"):
         BenchConfig(sizes=(4,), strategies=("nccl",))
     assert BenchConfig(sizes=(2, 4, 1024), dtype="float32").counts() == [1, 256]
+    with pytest.raises(ValueError, match=r"sizes \[3\] bytes are all below one float64 element \(8 bytes\)"):
+        BenchConfig(sizes=(3,), dtype="float64")
+    assert BenchConfig(sizes=(3, 30), dtype="float64").counts() == [3]
 
 
 def test_markdown_table_picks_sizes_per_strategy():

@@ -33,6 +33,7 @@ class DataConfig:
     augment: str = "flip"               # none | flip | flip_crop | inception (random-resized crop + flip)
     shuffle_buffer: int = 10000
     label_offset: int = 1               # imagenet_tfrecord: subtracted from image/class/label (1..1000)
+    pipeline_threads: int = 0           # tf.data threads per rank; 0 = AUTOTUNE (see data.pipeline_options)
 
 
 @dataclass
@@ -100,6 +101,8 @@ class AppConfig:
                 raise ValueError(f"{name}={value!r} is not one of {allowed}")
         if self.data.image_size < 32:
             raise ValueError(f"image_size={self.data.image_size}: Keras ResNet-50 needs at least 32")
+        if self.data.pipeline_threads < 0:
+            raise ValueError(f"pipeline_threads={self.data.pipeline_threads} must be >= 0 (0 = tf.data AUTOTUNE)")
         if self.train.epochs < 1:
             raise ValueError(f"epochs={self.train.epochs} must be >= 1")
         if not 0.0 <= self.optim.label_smoothing < 1.0:
@@ -127,7 +130,7 @@ PRESETS: dict[str, dict[str, dict]] = {
     #   2e-3 per 256, no flip.
     "fashion_mnist_demo": {
         "data": {"dataset": "fashion_mnist", "image_size": 32, "channels": 1, "num_classes": 10,
-                 "train_examples": 50000, "augment": "flip"},
+                 "train_examples": 50000, "augment": "flip", "pipeline_threads": 1},
         "model": {"bn_momentum": 0.9},
         "optim": {"optimizer": "adam", "base_lr": 0.001, "base_batch": 256, "warmup_epochs": 0.3,
                   "decay": "cosine", "label_smoothing": 0.1},
@@ -136,7 +139,7 @@ PRESETS: dict[str, dict[str, dict]] = {
     },
     # A one-minute smoke run (tests, first try of a new machine).
     "fashion_mnist_smoke": {
-        "data": {"dataset": "fashion_mnist", "train_examples": 1024, "val_examples": 512},
+        "data": {"dataset": "fashion_mnist", "train_examples": 1024, "val_examples": 512, "pipeline_threads": 1},
         "model": {"bn_momentum": 0.9},
         "optim": {"optimizer": "adam", "base_lr": 0.001, "base_batch": 256, "warmup_epochs": 1.0},
         "train": {"epochs": 2, "batch_schedule": "0:64,1:128", "output_dir": "runs/smoke", "verbose": 2},

@@ -41,3 +41,5 @@ def test_bad_values_named():
         parse_args(["--image-size", "28"]).validate()
     with pytest.raises(SystemExit):
         parse_args(["--no-such-flag", "1"])
+    with pytest.raises(ValueError, match=r"pipeline_threads=-1 must be >= 0 \(0 = tf.data AUTOTUNE\)"):
+        parse_args(["--pipeline-threads", "-1"]).validate()

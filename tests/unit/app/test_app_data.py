@@ -34,6 +34,25 @@ def test_fashion_mnist_shards():
         data.train_dataset(cfg, 18, data.Split(0, 4), seed=0)
 
 
+def test_pipeline_threads_fixed_pool_same_batches():
+    """pipeline_threads=N: a private pool of N threads and no autotuning, on the train and val pipelines;
+    the batches are the same as with AUTOTUNE (only the threading changes)."""
+    auto, fixed = DataConfig(train_examples=64, val_examples=10), DataConfig(train_examples=64, val_examples=10,
+                                                                             pipeline_threads=2)
+    opts = data.pipeline_options(fixed)
+    assert opts.threading.private_threadpool_size == 2 and opts.autotune.enabled is False
+    assert opts.threading.max_intra_op_parallelism == 1
+    assert data.pipeline_options(auto).threading.private_threadpool_size is None
+    for make in (lambda c: data.train_dataset(c, 16, data.Split(0, 2), seed=3),
+                 lambda c: data.val_dataset(c, 4, data.Split(1, 2))):
+        ds = make(fixed)
+        assert ds.options().threading.private_threadpool_size == 2 and ds.options().autotune.enabled is False
+        for a, b in zip(ds.take(3), make(auto).take(3)):
+            np.testing.assert_array_equal(a[1].numpy(), b[1].numpy())
+            np.testing.assert_allclose(a[0].numpy()[..., 0].sum(axis=(1, 2)), b[0].numpy()[..., 0].sum(axis=(1, 2)),
+                                       rtol=1e-5)
+
+
 def _check_val(cfg, images, labels, n_ranks):
     """Every rank's validation shard together = the whole split, labels exact, pixels close to the
     originals (JPEG is lossy; compared after the same central crop + resize)."""

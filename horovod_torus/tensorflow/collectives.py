@@ -6,6 +6,8 @@ inside ``tf.function``.
 """
 from __future__ import annotations
 
+import zlib
+
 import horovod.tensorflow as _hvd
 import numpy as np
 import tensorflow as tf
@@ -73,7 +75,10 @@ def grouped_torus_allreduce(tensors, op=Average, name=None, compression=Compress
         ValueError: an op other than Average/Sum, or a shape with an unknown dimension.
         TypeError: an unsupported dtype (the message names it), or a tf.IndexedSlices.
         RuntimeError: ``init()`` was not called.
-        Horovod's error (``tf.errors.FailedPreconditionError`` or similar): shapes that differ across ranks.
+        Horovod's error (``tf.errors.FailedPreconditionError`` or similar): element counts that differ
+            across ranks; ``tf.errors.InvalidArgumentError`` (on every rank): shapes or dtypes that differ
+            with the same count (a CRC-32 of the shapes is all-gathered per call; the mpi backend compares
+            its own checksum).
     """
     sets = runtime.torus_process_sets()
     op = _check_op(op)
@@ -97,6 +102,7 @@ def grouped_torus_allreduce(tensors, op=Average, name=None, compression=Compress
     groups = plan_fusion([t.shape.as_list() for t in compressed], [t.dtype.name for t in compressed],
                          sets.grid.x)
     results = [None] * len(tensors)
+    check = _signature_check(compressed, sets, name)
     for g in groups:
         members = [compressed[i] for i in g.indices]
         if g.total == 0:
@@ -110,7 +116,35 @@ def grouped_torus_allreduce(tensors, op=Average, name=None, compression=Compress
             if upcast[i]:
                 r = tf.cast(r, tf.bfloat16)
             results[i] = compression.decompress(r, ctxs[i])
+    if check is not None:
+        with tf.control_dependencies([check]):
+            results = [tf.identity(r) for r in results]
     return results
+
+
+def _signature_check(tensors, sets, name):
+    """On the Horovod data path: all-gather a CRC-32 of this call's (dtype, shape) list and fail on every
+    rank when the ranks disagree. Flattening into fused buffers hides a shape that differs across ranks
+    with the same element count (``[2, 6]`` here, ``[3, 4]`` there), which Horovod's own shape check
+    would catch on an unfused all-reduce. One 4-byte all-gather on the global process set per call,
+    negotiated in the same Horovod cycle as the first phase. Returns the assert op (graph mode) or None
+    (eager mode: raises at once, or a single rank / the mpi backend: nothing to do, the mpi backend
+    compares (length, dtype, shape checksum) itself).
+
+    Raises:
+        tf.errors.InvalidArgumentError: on every rank, naming every rank's signature.
+    """
+    if sets.grid.size == 1 or runtime.backend() == "mpi":
+        return None
+    layout = repr([(t.dtype.name, tuple(t.shape.as_list())) for t in tensors])
+    signature = zlib.crc32(layout.encode()) & 0x7FFFFFFF
+    with tf.device("/cpu:0"):
+        gathered = _hvd.allgather(tf.constant([signature], tf.int32), name=name and f"{name}_sig")
+        return tf.debugging.assert_equal(
+            gathered, tf.fill(tf.shape(gathered), gathered[0]),
+            message=f"torus all-reduce{f' {name!r}' if name else ''}: tensor shapes or dtypes differ across "
+                    f"ranks (CRC-32 of the (dtype, shape) list per rank, in rank order, below); this rank "
+                    f"has {layout[:300]}: every rank must pass the same shapes in the same order")
 
 
 def _check_op(op):

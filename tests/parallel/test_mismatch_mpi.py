@@ -1,6 +1,6 @@
 """The "mpi" backend compares the fused layout across ranks before any data moves: a mismatch raises on
-every rank (no hang), and Horovod/MPI stay usable afterwards. (The Horovod backend relies on Horovod's own
-shape/dtype check: tests/parallel/test_mismatch.py.)"""
+every rank (no hang), and Horovod/MPI stay usable afterwards. (The Horovod backend all-gathers a checksum of
+the shapes: tests/parallel/test_mismatch_horovod.py.)"""
 import numpy as np
 import pytest
 import tensorflow as tf

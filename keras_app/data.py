@@ -195,8 +195,8 @@ def pipeline_options(cfg: DataConfig) -> tf.data.Options:
 
     Several ranks on a few cores (``make demo``: 4 ranks on 2 cores) pay for AUTOTUNE's default pool and
     its tuning thread in every process: measured 1,964 ms per step at global batch 512 with AUTOTUNE against
-    1,646 ms with one private thread (4 ranks, 2x2 torus, ResNet-50 32x32, Adam; /tmp harness, see README
-    "The recipe"). On a GPU node leave it at 0."""
+    1,646 ms with one private thread (4 ranks, 2x2 torus, ResNet-50 32x32, Adam, in a fit() harness; the
+    preset comment in keras_app/config.py lists the runs). On a GPU node leave it at 0."""
     options = tf.data.Options()
     if cfg.pipeline_threads:
         options.autotune.enabled = False

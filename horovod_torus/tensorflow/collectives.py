@@ -75,10 +75,11 @@ def grouped_torus_allreduce(tensors, op=Average, name=None, compression=Compress
         ValueError: an op other than Average/Sum, or a shape with an unknown dimension.
         TypeError: an unsupported dtype (the message names it), or a tf.IndexedSlices.
         RuntimeError: ``init()`` was not called.
-        Horovod's error (``tf.errors.FailedPreconditionError`` or similar): element counts that differ
-            across ranks; ``tf.errors.InvalidArgumentError`` (on every rank): shapes or dtypes that differ
-            with the same count (a CRC-32 of the shapes is all-gathered per call; the mpi backend compares
-            its own checksum).
+        tf.errors.InvalidArgumentError (Horovod backend) or ValueError (mpi backend), on every rank:
+            shapes, dtypes or their order differ across ranks, the same element count in another shape
+            included (a CRC-32 of the (dtype, shape) list is all-gathered per call; the mpi backend compares
+            its own checksum). Inside ``tf.function`` a differing element count may surface first as
+            Horovod's own error (``tf.errors.FailedPreconditionError`` or similar).
     """
     sets = runtime.torus_process_sets()
     op = _check_op(op)

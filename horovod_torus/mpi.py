@@ -19,6 +19,7 @@ Example (``mpirun -np 4 python -c ...``)::
 from __future__ import annotations
 
 import dataclasses
+import zlib
 
 import numpy as np
 from mpi4py import MPI
@@ -28,7 +29,7 @@ from horovod_torus.fusion import shard_counts
 from horovod_torus.process_sets import grid_from_env
 from horovod_torus.topology import TorusTopology
 
-__all__ = ["TorusComm", "torus_allreduce", "three_phases", "ring_reduce_scatter", "ring_allgather",
+__all__ = ["TorusComm", "torus_allreduce", "check_same_buffer", "three_phases", "ring_reduce_scatter", "ring_allgather",
            "RING_MIN_BYTES"]
 
 
@@ -103,6 +104,26 @@ def _torus_comm(comm, grid) -> TorusComm:
     return _cache[key]
 
 
+def check_same_buffer(comm: MPI.Comm, a: np.ndarray, signature: int = 0) -> None:
+    """Raise ValueError on every rank unless every rank passes the same buffer layout.
+
+    MPI does not check (a mismatch would hang or corrupt), so the ranks first compare (length, dtype,
+    ``signature`` = a checksum of the fused tensors' shapes) in one 6-integer MPI_Allreduce(MAX) of
+    [v, -v, ...]: every rank gets the same answer and raises together, before any data moves. This plays
+    the part of Horovod's shape check. Used by :func:`torus_allreduce` (signature: CRC-32 of the shape)
+    and by the TensorFlow ``mpi`` backend (signature: CRC-32 of the fused tensors' shapes).
+    """
+    keys = np.array([a.size, np.dtype(a.dtype).num, signature], dtype=np.int64)
+    mine = np.concatenate([keys, -keys])
+    seen = np.empty_like(mine)
+    comm.Allreduce(mine, seen, op=MPI.MAX)
+    if (seen[:3] != -seen[3:]).any():
+        raise ValueError(
+            f"torus all-reduce: the ranks passed different tensors (fused length {-seen[3]}..{seen[0]} "
+            f"elements; this rank {a.size} x {a.dtype}; shapes, dtypes or their order differ): shapes and "
+            f"dtypes must match across ranks, position by position")
+
+
 def torus_allreduce(comm, sendbuf, recvbuf=None, op=MPI.SUM, grid=None):
     """All-reduce a numpy array over ``comm`` through the 2D torus.
 
@@ -120,11 +141,14 @@ def torus_allreduce(comm, sendbuf, recvbuf=None, op=MPI.SUM, grid=None):
         ``recvbuf`` (allocated when None): the element-wise reduction over all ranks.
 
     Raises:
-        ValueError: bad grid (see TorusComm.create) or recvbuf of another shape/dtype.
+        ValueError: bad grid (see TorusComm.create) or recvbuf of another shape/dtype; on every rank,
+            sendbuf shapes or dtypes that differ across ranks (one 6-integer MPI_Allreduce per call
+            compares them first: :func:`check_same_buffer`).
         TypeError: a dtype without an MPI datatype (the message names it).
     """
     tc = _torus_comm(comm, grid)
     send = np.asarray(sendbuf, order="C")
+    check_same_buffer(tc.comm, send, zlib.crc32(repr(send.shape).encode()))
     if recvbuf is None:
         recvbuf = np.empty_like(send)
     elif recvbuf.shape != send.shape or recvbuf.dtype != send.dtype:

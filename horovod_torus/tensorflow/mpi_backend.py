@@ -19,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 from mpi4py import MPI
 
-from horovod_torus.mpi import TorusComm, three_phases
+from horovod_torus.mpi import TorusComm, check_same_buffer, three_phases
 
 __all__ = ["torus_sum_mpi", "create_torus_comm"]
 
@@ -36,25 +36,6 @@ def _scale(a: np.ndarray, factor: float) -> np.ndarray:
     if a.dtype.kind in "iu":
         return (a.astype(np.float64) * factor).astype(a.dtype)
     return (a * factor).astype(a.dtype, copy=False)
-
-
-def check_same_buffer(comm: MPI.Comm, a: np.ndarray, signature: int = 0) -> None:
-    """Raise ValueError on every rank unless every rank passes the same buffer layout.
-
-    MPI does not check (a mismatch would hang or corrupt), so the ranks first compare (length, dtype,
-    ``signature`` = a checksum of the fused tensors' shapes) in one 6-integer MPI_Allreduce(MAX) of
-    [v, -v, ...]: every rank gets the same answer and raises together, before any data moves. This plays
-    the part of Horovod's shape check (which the Horovod backend gets from Horovod itself).
-    """
-    keys = np.array([a.size, np.dtype(a.dtype).num, signature], dtype=np.int64)
-    mine = np.concatenate([keys, -keys])
-    seen = np.empty_like(mine)
-    comm.Allreduce(mine, seen, op=MPI.MAX)
-    if (seen[:3] != -seen[3:]).any():
-        raise ValueError(
-            f"torus all-reduce: the ranks passed different tensors (fused length {-seen[3]}..{seen[0]} "
-            f"elements; this rank {a.size} x {a.dtype}; shapes, dtypes or their order differ): shapes and "
-            f"dtypes must match across ranks, position by position")
 
 
 def _reduce(tc: TorusComm, a: np.ndarray, prescale: float, postscale: float, signature: int) -> np.ndarray:

@@ -1,6 +1,6 @@
-"""The "mpi" backend compares the fused layout across ranks before any data moves: a mismatch raises on
-every rank (no hang), and Horovod/MPI stay usable afterwards. (The Horovod backend all-gathers a checksum of
-the shapes: tests/parallel/test_mismatch_horovod.py.)"""
+"""The "mpi" backend and the numpy API (horovod_torus.mpi.torus_allreduce) compare the layout across ranks
+before any data moves: a mismatch raises on every rank (no hang), and Horovod/MPI stay usable afterwards.
+(The Horovod backend all-gathers a checksum of the shapes: tests/parallel/test_mismatch_horovod.py.)"""
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -28,3 +28,18 @@ def test_different_length_inside_tf_function(hvd, world):
     _, rank = world
     f = tf.function(lambda t: hvd.grouped_torus_allreduce([t, tf.ones([2])], op=hvd.Sum))
     _raises_everywhere(hvd, lambda: f(tf.ones([3 + rank])))
+
+
+@pytest.mark.parametrize("mine, others", [(np.ones([2, 6]), np.ones([3, 4])),             # same count
+                                          (np.ones([12]), np.ones([13])),                 # length
+                                          (np.ones([4], np.float32), np.ones([4])),       # dtype
+                                          (np.ones([0]), np.ones([3]))])                  # empty on one rank
+def test_numpy_api_mismatch_raises_on_every_rank(world, mine, others):
+    from mpi4py import MPI
+
+    from horovod_torus.mpi import torus_allreduce
+    _, rank = world
+    with pytest.raises(ValueError, match="ranks passed different tensors"):
+        torus_allreduce(MPI.COMM_WORLD, mine if rank == 0 else others)
+    ok = torus_allreduce(MPI.COMM_WORLD, np.full([2, 3], float(rank)))  # still usable, on every rank
+    np.testing.assert_array_equal(ok, np.full([2, 3], float(sum(range(MPI.COMM_WORLD.size)))))

@@ -29,8 +29,8 @@ from horovod_torus.fusion import shard_counts
 from horovod_torus.process_sets import grid_from_env
 from horovod_torus.topology import TorusTopology
 
-__all__ = ["TorusComm", "torus_allreduce", "check_same_buffer", "three_phases", "ring_reduce_scatter", "ring_allgather",
-           "RING_MIN_BYTES"]
+__all__ = ["TorusComm", "torus_allreduce", "check_same_buffer", "three_phases", "ring_reduce_scatter",
+           "ring_allgather", "RING_MIN_BYTES"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,9 +203,8 @@ def _wire_op(op, dtype):
     if dtype != np.float16:
         return op
     if op != MPI.SUM:
-        name = next((n for n in ("MAX", "MIN", "PROD") if getattr(MPI, n) == op), "a user-defined op")
-        raise TypeError(f"float16 supports op=MPI.SUM only, got MPI.{name}" if name[0] != "a" else
-                        f"float16 supports op=MPI.SUM only, got {name}")
+        name = next((f"MPI.{n}" for n in ("MAX", "MIN", "PROD") if getattr(MPI, n) == op), "a user-defined op")
+        raise TypeError(f"float16 supports op=MPI.SUM only, got {name}")
     if "op" not in _float16:
         _float16["op"] = MPI.Op.Create(_sum_float16, commute=True)
     return _float16["op"]

@@ -52,25 +52,22 @@ class FusionGroup:
     total: int
 
 
-def plan_fusion(shapes, dtypes, x: int) -> list[FusionGroup]:
+def plan_fusion(shapes, dtypes) -> list[FusionGroup]:
     """Group tensors by dtype (first-appearance order) and lay each group out in one buffer.
 
     Args:
         shapes: sequence of shapes (tuples of ints; ``()`` for a scalar).
         dtypes: sequence of dtype keys (any hashable with a stable ``str``), same length.
-        x: ranks per row (validated here; the layout does not depend on it).
 
     Returns:
         One FusionGroup per distinct dtype, in order of first appearance.
 
     Raises:
-        ValueError: mismatched lengths, x < 1, or a shape with an unknown (None) dimension.
+        ValueError: mismatched lengths, or a shape with an unknown (None) dimension.
     """
     shapes, dtypes = list(shapes), list(dtypes)
     if len(shapes) != len(dtypes):
         raise ValueError(f"plan_fusion got {len(shapes)} shapes but {len(dtypes)} dtypes")
-    if x < 1:
-        raise ValueError(f"plan_fusion: x={x} must be >= 1")
     order: dict = {}
     for i, (shape, dtype) in enumerate(zip(shapes, dtypes)):
         shape = tuple(shape)

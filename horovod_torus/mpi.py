@@ -1,76 +1,92 @@
-"""2D-Torus all-reduce of numpy arrays with mpi4py, for users without TensorFlow and for the benchmarks.
+"""The torus all-reduce over mpi4py: the MPI transport, and the numpy API for users without TensorFlow.
 
-Source: Mikami et al., arXiv 1811.05233, section 3.2. The world communicator is split into row and
-column sub-communicators once per (communicator, grid) and the three phases are MPI collectives:
+Source: Mikami et al., arXiv 1811.05233, section 3.2. :class:`TorusComm` duplicates the caller's
+communicator (``MPI_Comm_dup``: the torus never matches messages with the caller's own traffic, even from
+another thread) and splits the duplicate into a row and a column communicator. It is the
+:class:`horovod_torus.phases.Transport` that :func:`horovod_torus.phases.allreduce_buffer` (the one
+implementation of the three phases) runs on:
 
-1. ``MPI_Reduce_scatter(_block)`` on the row communicator (X ranks): each rank keeps the row reduction
-   of about n/X elements (split as Horovod's reducescatter: the first n % X ranks get one extra);
+1. reduce-scatter on the row communicator (X ranks): explicit Sendrecv rings from
+   :data:`RING_MIN_BYTES`, ``MPI_Reduce_scatter(_block)`` below; the first ``n % X`` ranks get one extra
+   element (Horovod's split);
 2. ``MPI_Allreduce`` in place on the column communicator (Y ranks) over that shard;
-3. ``MPI_Allgather(v)`` on the row communicator, straight into the output: every rank holds all n.
+3. all-gather on the row communicator straight into the output (rings from RING_MIN_BYTES, else
+   ``MPI_Allgather(v)``).
+
+Every call first compares its :class:`horovod_torus.signature.CallSignature` across ranks in one
+``MPI_Allgather`` of 10 int64 words, so a rank passing another length, dtype, shape or op raises
+:class:`horovod_torus.signature.TorusMismatchError` on every rank instead of hanging or summing garbage.
 
 Example (``mpirun -np 4 python -c ...``)::
 
     import numpy as np
     from mpi4py import MPI
-    from horovod_torus.mpi import torus_allreduce
+    from horovod_torus.mpi import TorusComm, torus_allreduce
     out = torus_allreduce(MPI.COMM_WORLD, np.full(5, MPI.COMM_WORLD.rank, np.float32), grid="2x2")
-    # out == [6, 6, 6, 6, 6] on every rank
+    # out == [6, 6, 6, 6, 6] on every rank; sub-communicators made and freed in the call
+    with TorusComm.create(MPI.COMM_WORLD, "2x2") as tc:      # made once, reused: the fast way
+        for _ in range(10):
+            torus_allreduce(tc, np.ones(1 << 20, np.float32))
 """
 from __future__ import annotations
-
-import dataclasses
-import zlib
 
 import numpy as np
 from mpi4py import MPI
 from mpi4py.util.dtlib import from_numpy_dtype
 
 from horovod_torus.fusion import shard_counts
+from horovod_torus.phases import allreduce_buffer
 from horovod_torus.process_sets import grid_from_env
+from horovod_torus.signature import CallSignature, TorusMismatchError, compare
 from horovod_torus.topology import TorusTopology
 
-__all__ = ["TorusComm", "torus_allreduce", "check_same_buffer", "three_phases", "ring_reduce_scatter",
-           "ring_allgather", "RING_MIN_BYTES"]
+__all__ = ["TorusComm", "torus_allreduce", "ring_reduce_scatter", "ring_allgather", "RING_MIN_BYTES",
+           "TorusMismatchError"]
 
 
-@dataclasses.dataclass(frozen=True)
+def _agree_on_grid(comm: MPI.Comm, grid: TorusTopology) -> None:
+    """Raise ValueError on every rank unless every rank of ``comm`` chose the same grid."""
+    grids = comm.allgather((grid.x, grid.y))
+    if len(set(grids)) > 1:
+        shown = ", ".join(f"rank {r} {x}x{y}" for r, (x, y) in enumerate(grids))
+        raise ValueError(f"the ranks chose different torus grids ({shown}): pass the same grid on every "
+                         f"rank (HOROVOD_TORUS_GRID must be exported to all of them)")
+
+
 class TorusComm:
-    """Row and column sub-communicators of ``comm`` for ``grid`` (created collectively, once).
+    """Row and column communicators of a duplicate of ``comm`` for ``grid``: the MPI transport.
+
+    Make it once with :meth:`create` (collective), use it for many calls, :meth:`free` it (or use it as a
+    context manager). Not thread-safe: one thread at a time per TorusComm.
 
     Attributes:
-        comm: the parent communicator (N = X*Y ranks).
-        grid: the TorusTopology.
+        comm: the private duplicate of the caller's communicator (N = X*Y ranks).
+        grid: the TorusTopology; ``rank``: this rank in ``comm``.
         row: communicator of this rank's row (X ranks, ordered by column).
         column: communicator of this rank's column (Y ranks, ordered by row).
+        calls: torus calls made so far (the ``call`` word of every signature).
     """
 
-    comm: MPI.Comm
-    grid: TorusTopology
-    row: MPI.Comm
-    column: MPI.Comm
-    _workspace: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
-
-    def shard_buffer(self, count: int, dtype, slot: int = 2) -> np.ndarray:
-        """A reusable scratch array of ``count`` elements (never returned to callers), so repeated
-        all-reduces of one size allocate and page-fault it once. ``slot`` keeps separate arrays apart."""
-        key = (np.dtype(dtype), slot)
-        buf = self._workspace.get(key)
-        if buf is None or buf.size < count:
-            buf = self._workspace[key] = np.empty(count, dtype=key[0])
-        return buf[:count]
+    def __init__(self, comm: MPI.Comm, grid: TorusTopology, row: MPI.Comm, column: MPI.Comm):
+        self.comm, self.grid, self.row, self.column = comm, grid, row, column
+        self.rank = comm.Get_rank()
+        self.calls = 0
+        self._workspace: dict = {}
+        self._pending = None  # (length, out, block view) of the last reduce-scatter, for allgather
 
     @classmethod
     def create(cls, comm: MPI.Comm, grid: TorusTopology | str | None = None) -> "TorusComm":
-        """Split ``comm`` by the grid. Collective over ``comm``.
+        """Duplicate ``comm`` and split the duplicate by the grid. Collective over ``comm``.
 
         Args:
-            comm: an intra-communicator.
+            comm: an intra-communicator (its ranks are the torus ranks).
             grid: TorusTopology, ``"XxY"`` string, or None (``HOROVOD_TORUS_GRID``, else the default
                 factorisation with a node's ranks in one row).
 
         Raises:
-            ValueError: a malformed grid or X*Y != comm size; raised on every rank before any
-                communication (the check is local), so nobody hangs.
+            ValueError: a malformed grid or X*Y != comm size (raised locally, on every rank, before any
+                communication), or ranks that chose different grids (on every rank, after one small
+                all-gather).
         """
         if isinstance(grid, str):
             grid = TorusTopology.parse(grid)
@@ -81,95 +97,174 @@ class TorusComm:
                 grid = TorusTopology.from_world(comm.Get_size(), local.Get_size())
                 local.Free()
         grid.check_size(comm.Get_size())
-        r, c = grid.coords(comm.Get_rank())
-        return cls(comm=comm, grid=grid, row=comm.Split(color=r, key=c), column=comm.Split(color=c, key=r))
+        _agree_on_grid(comm, grid)
+        dup = comm.Dup()
+        r, c = grid.coords(dup.Get_rank())
+        return cls(dup, grid, dup.Split(color=r, key=c), dup.Split(color=c, key=r))
 
     def free(self) -> None:
-        """Free the two sub-communicators."""
-        self.row.Free()
-        self.column.Free()
+        """Free the three communicators (collective only in MPI's sense: call it on every rank)."""
+        for c in (self.row, self.column, self.comm):
+            if c != MPI.COMM_NULL:
+                c.Free()
+
+    def __enter__(self) -> "TorusComm":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.free()
+
+    def shard_buffer(self, count: int, dtype, slot: int = 2) -> np.ndarray:
+        """A reusable scratch array of ``count`` elements (never returned to callers), so repeated
+        all-reduces of one size allocate and page-fault it once. ``slot`` keeps separate arrays apart."""
+        key = (np.dtype(dtype), slot)
+        buf = self._workspace.get(key)
+        if buf is None or buf.size < count:
+            buf = self._workspace[key] = np.empty(count, dtype=key[0])
+        return buf[:count]
+
+    # -- horovod_torus.phases.Transport ------------------------------------------------------------------
+    def verify(self, signature: CallSignature):
+        self.calls += 1
+        mine = signature.words(self.calls)
+        if self.grid.size > 1:
+            gathered = np.empty((self.grid.size, mine.size), np.int64)
+            self.comm.Allgather(mine, gathered)
+            compare(gathered, signature)
+        return None
+
+    def reduce_scatter(self, buf: np.ndarray, op: str) -> np.ndarray:
+        counts = shard_counts(buf.size, self.grid.x)
+        me = self.grid.coords(self.rank)[1]
+        ufunc = _UFUNCS[op]
+        if buf.nbytes >= RING_MIN_BYTES:
+            out = np.empty_like(buf)
+            shard = out[_blocks(counts)[me]]
+            work = [self.shard_buffer(max(counts), buf.dtype, slot) for slot in (0, 1)]
+            ring_reduce_scatter(self.row, buf, shard, counts, ufunc, work)
+            self._pending = (buf.size, out, shard)
+            return shard
+        self._pending = (buf.size, None, None)
+        shard = np.empty(counts[me], buf.dtype)
+        wire_op = _wire_op(_MPI_OPS[op], buf.dtype)
+        if counts[0] == counts[-1]:
+            self.row.Reduce_scatter_block(_wire(buf), _wire(shard), op=wire_op)
+        else:
+            self.row.Reduce_scatter(_wire(buf), _wire(shard), recvcounts=counts, op=wire_op)
+        return shard
+
+    def allreduce(self, shard: np.ndarray, op: str) -> np.ndarray:
+        wire_op = _wire_op(_MPI_OPS[op], shard.dtype)
+        if self.grid.x == 1:  # the shard is the caller's buffer: never reduce into it
+            out = np.empty_like(shard)
+            self.column.Allreduce(_wire(shard), _wire(out), op=wire_op)
+            return out
+        self.column.Allreduce(MPI.IN_PLACE, _wire(shard), op=wire_op)
+        return shard
+
+    def allgather(self, shard: np.ndarray) -> np.ndarray:
+        n, out, view = self._pending
+        self._pending = None
+        counts = shard_counts(n, self.grid.x)
+        if out is not None:
+            if shard is not view:
+                view[...] = shard
+            ring_allgather(self.row, out, counts)
+            return out
+        out = np.empty(n, shard.dtype)
+        if counts[0] == counts[-1]:
+            self.row.Allgather(_wire(shard), _wire(out))
+        else:
+            self.row.Allgatherv(_wire(shard), _vspec(out, counts))
+        return out
+
+    def allreduce_flat(self, buf: np.ndarray, op: str) -> np.ndarray:
+        out = np.empty_like(buf)
+        self.comm.Allreduce(_wire(buf), _wire(out), op=_wire_op(_MPI_OPS[op], buf.dtype))
+        return out
+
+    def finish(self, out, token):
+        return out
 
 
-_cache: dict = {}
+_MPI_OPS = {"sum": MPI.SUM, "min": MPI.MIN, "max": MPI.MAX, "prod": MPI.PROD}
+_UFUNCS = {"sum": np.add, "min": np.minimum, "max": np.maximum, "prod": np.multiply}
+_OP_NAMES = {"sum": "Sum", "min": "Min", "max": "Max", "prod": "Product"}
 
 
-def _torus_comm(comm, grid) -> TorusComm:
-    if isinstance(comm, TorusComm):
-        if grid is not None and str(grid) != str(comm.grid):
-            raise ValueError(f"grid={grid} differs from the TorusComm's grid {comm.grid}")
-        return comm
-    key = (comm.py2f(), str(grid))
-    if key not in _cache:
-        _cache[key] = TorusComm.create(comm, grid)
-    return _cache[key]
-
-
-def check_same_buffer(comm: MPI.Comm, a: np.ndarray, signature: int = 0) -> None:
-    """Raise ValueError on every rank unless every rank passes the same buffer layout.
-
-    MPI does not check (a mismatch would hang or corrupt), so the ranks first compare (length, dtype,
-    ``signature`` = a checksum of the fused tensors' shapes) in one 6-integer MPI_Allreduce(MAX) of
-    [v, -v, ...]: every rank gets the same answer and raises together, before any data moves. This plays
-    the part of Horovod's shape check. Used by :func:`torus_allreduce` (signature: CRC-32 of the shape)
-    and by the TensorFlow ``mpi`` backend (signature: CRC-32 of the fused tensors' shapes).
-    """
-    keys = np.array([a.size, np.dtype(a.dtype).num, signature], dtype=np.int64)
-    mine = np.concatenate([keys, -keys])
-    seen = np.empty_like(mine)
-    comm.Allreduce(mine, seen, op=MPI.MAX)
-    if (seen[:3] != -seen[3:]).any():
-        raise ValueError(
-            f"torus all-reduce: the ranks passed different tensors (fused length {-seen[3]}..{seen[0]} "
-            f"elements; this rank {a.size} x {a.dtype}; shapes, dtypes or their order differ): shapes and "
-            f"dtypes must match across ranks, position by position")
+def _op_name(op) -> str:
+    for name, mpi_op in _MPI_OPS.items():
+        if op == mpi_op:
+            return name
+    raise ValueError(f"op={op!r} is not supported by the torus all-reduce: use MPI.SUM, MPI.MIN, MPI.MAX "
+                     f"or MPI.PROD")
 
 
 def torus_allreduce(comm, sendbuf, recvbuf=None, op=MPI.SUM, grid=None):
     """All-reduce a numpy array over ``comm`` through the 2D torus.
 
     Args:
-        comm: ``MPI.Comm`` (sub-communicators are created on first use and cached per comm and grid)
-            or a :class:`TorusComm`.
-        sendbuf: numpy array, any shape (0-d and empty included), any dtype mpi4py maps to an MPI type
-            (float32, float64, int32, int64, ...) or float16 (summed with numpy arithmetic; MPI.SUM
-            only); same shape and dtype on every rank.
+        comm: a :class:`TorusComm` (made once with :meth:`TorusComm.create` and reused: the fast way),
+            or an ``MPI.Comm``: then a TorusComm is created for this call and freed before returning
+            (a duplicate and two splits: collective, costly; nothing is cached between calls).
+        sendbuf: numpy array, any shape (0-d and empty included), a dtype mpi4py maps to an MPI type
+            (float32, float64, int8..int64, uint8..uint64) or float16 (summed with numpy arithmetic;
+            MPI.SUM only); same shape and dtype on every rank.
         recvbuf: optional output array of the same shape and dtype (may be ``sendbuf`` itself).
-        op: a predefined MPI reduction (``MPI.SUM`` default, ``MPI.MAX``, ``MPI.MIN``, ``MPI.PROD``).
-        grid: TorusTopology, ``"XxY"``, or None (see :meth:`TorusComm.create`).
+        op: ``MPI.SUM`` (default), ``MPI.MAX``, ``MPI.MIN`` or ``MPI.PROD``.
+        grid: TorusTopology, ``"XxY"``, or None (see :meth:`TorusComm.create`); with a TorusComm it must
+            be None or equal to the TorusComm's grid.
 
     Returns:
         ``recvbuf`` (allocated when None): the element-wise reduction over all ranks.
 
     Raises:
-        ValueError: bad grid (see TorusComm.create) or recvbuf of another shape/dtype; on every rank,
-            sendbuf shapes or dtypes that differ across ranks (one 6-integer MPI_Allreduce per call
-            compares them first: :func:`check_same_buffer`).
+        ValueError: bad grid (see TorusComm.create), recvbuf of another shape/dtype, an unsupported op.
+        TorusMismatchError (a ValueError): on every rank, when the ranks pass different shapes, dtypes or
+            ops (one MPI_Allgather of the call signatures compares them first).
         TypeError: a dtype without an MPI datatype (the message names it).
     """
-    tc = _torus_comm(comm, grid)
     send = np.asarray(sendbuf, order="C")
-    check_same_buffer(tc.comm, send, zlib.crc32(repr(send.shape).encode()))
-    if recvbuf is None:
-        recvbuf = np.empty_like(send)
-    elif recvbuf.shape != send.shape or recvbuf.dtype != send.dtype:
+    if recvbuf is not None and (recvbuf.shape != send.shape or recvbuf.dtype != send.dtype):
         raise ValueError(f"recvbuf has shape {recvbuf.shape} and dtype {recvbuf.dtype}; expected "
                          f"{send.shape} and {send.dtype} like sendbuf")
-    if send.dtype.kind not in "iuf":
-        raise TypeError(f"dtype {send.dtype} is not supported by the torus all-reduce: use an integer "
-                        f"or floating dtype (float16/32/64, int32/64, ...)")
-    if send.dtype != np.float16:
-        try:
-            from_numpy_dtype(send.dtype)
-        except (KeyError, ValueError, TypeError, MPI.Exception):
-            raise TypeError(f"dtype {send.dtype} has no MPI datatype in mpi4py: cast to float16/float32/"
-                            f"float64/int32/int64 first") from None
-    if send.size == 0:
-        return recvbuf
-    out = recvbuf if recvbuf.flags.c_contiguous else np.empty_like(send)
-    three_phases(tc, send.reshape(-1), out.reshape(-1), op)
-    if out is not recvbuf:
-        recvbuf[...] = out
+    _check_dtype(send.dtype)
+    opname = _op_name(op)
+    if send.dtype == np.float16 and opname != "sum":
+        raise TypeError(f"float16 supports op=MPI.SUM only, got MPI.{_OP_NAMES[opname].upper()}")
+    if isinstance(comm, TorusComm):
+        if grid is not None and str(grid) != str(comm.grid):
+            raise ValueError(f"grid={grid} differs from the TorusComm's grid {comm.grid}")
+        return _run(comm, send, recvbuf, opname)
+    tc = TorusComm.create(comm, grid)
+    try:
+        return _run(tc, send, recvbuf, opname)
+    finally:
+        tc.free()
+
+
+def _run(tc: TorusComm, send: np.ndarray, recvbuf, opname: str):
+    signature = CallSignature(elements=send.size, dtype=send.dtype.name,
+                              layout=((send.dtype.name, send.shape),), op=_OP_NAMES[opname])
+    out = allreduce_buffer(tc, send.reshape(-1), signature, op=opname)
+    if np.shares_memory(out, send):  # one rank: nothing moved, the result must not alias the input
+        out = out.copy()
+    if recvbuf is None:
+        return np.asarray(out).reshape(send.shape)
+    recvbuf[...] = np.asarray(out).reshape(send.shape)
     return recvbuf
+
+
+def _check_dtype(dtype) -> None:
+    if dtype.kind not in "iuf":
+        raise TypeError(f"dtype {dtype} is not supported by the torus all-reduce: use an integer "
+                        f"or floating dtype (float16/32/64, int8..int64, uint8..uint64)")
+    if dtype != np.float16:
+        try:
+            from_numpy_dtype(dtype)
+        except (KeyError, ValueError, TypeError, MPI.Exception):
+            raise TypeError(f"dtype {dtype} has no MPI datatype in mpi4py: cast to float16/float32/"
+                            f"float64/int32/int64 first") from None
 
 
 RING_MIN_BYTES = 256 * 1024
@@ -180,7 +275,6 @@ MPI_Allgather on the 2-rank row communicators cost 2-2.7x an MPI_Allreduce of th
 while the Sendrecv rings below give 0.97x (1 MB, 16 MB) and 0.77x (100 MB); under ~64 KB the library
 collectives win (one call instead of X-1 Python-level steps)."""
 
-_UFUNCS = ((MPI.SUM, np.add), (MPI.MAX, np.maximum), (MPI.MIN, np.minimum), (MPI.PROD, np.multiply))
 _float16: dict = {}
 
 
@@ -208,11 +302,6 @@ def _wire_op(op, dtype):
     if "op" not in _float16:
         _float16["op"] = MPI.Op.Create(_sum_float16, commute=True)
     return _float16["op"]
-
-
-def _ufunc(op):
-    """The numpy ufunc of a predefined MPI op, or None (MPI.Op is not hashable: a linear look-up)."""
-    return next((f for o, f in _UFUNCS if o == op), None)
 
 
 def _vspec(a, counts):
@@ -258,41 +347,3 @@ def ring_allgather(comm: MPI.Comm, out: np.ndarray, counts) -> None:
                       recvtag=72)
 
 
-def three_phases(tc: TorusComm, send: np.ndarray, recv: np.ndarray, op=MPI.SUM) -> None:
-    """The three torus phases from flat ``send`` into flat ``recv`` (same length and dtype, may alias).
-
-    Phases 1 and 3 run as explicit Sendrecv rings (:func:`ring_reduce_scatter`, :func:`ring_allgather`)
-    for buffers of at least :data:`RING_MIN_BYTES` and a predefined op, the shard landing directly in its
-    place in ``recv``; smaller buffers use the library's MPI_Reduce_scatter(_block) and MPI_Allgather(v).
-    Phase 2 is MPI_Allreduce in place on the shard. float16 travels as 2-byte words (sums only).
-    """
-    n, x = send.size, tc.grid.x
-    counts = shard_counts(n, x)
-    me = tc.grid.coords(tc.comm.Get_rank())[1]
-    wire_op = _wire_op(op, send.dtype)
-    ufunc = _ufunc(op)
-    ring = x > 1 and send.nbytes >= RING_MIN_BYTES and ufunc is not None and not np.shares_memory(send, recv)
-    if x == 1:
-        shard = recv
-        if shard is not send:
-            shard[...] = send
-    elif ring:
-        shard = recv[_blocks(counts)[me]]
-        work = [tc.shard_buffer(max(counts), send.dtype, slot) for slot in (0, 1)]
-        ring_reduce_scatter(tc.row, send, shard, counts, ufunc, work)
-    else:
-        shard = tc.shard_buffer(counts[me], send.dtype)
-        if counts[0] == counts[-1]:
-            tc.row.Reduce_scatter_block(_wire(send), _wire(shard), op=wire_op)
-        else:
-            tc.row.Reduce_scatter(_wire(send), _wire(shard), recvcounts=counts, op=wire_op)
-    if tc.grid.y > 1:
-        tc.column.Allreduce(MPI.IN_PLACE, _wire(shard), op=wire_op)
-    if x == 1:
-        return
-    if ring:
-        ring_allgather(tc.row, recv, counts)
-    elif counts[0] == counts[-1]:
-        tc.row.Allgather(_wire(shard), _wire(recv))
-    else:
-        tc.row.Allgatherv(_wire(shard), _vspec(recv, counts))

@@ -61,7 +61,8 @@ class OptimConfig:
 class TrainConfig:
     epochs: int = 2
     batch_schedule: str = "0:256"       # EPOCH:GLOBAL_BATCH,... (batch-size control)
-    strategy: str = "torus"             # torus | ring (plain Horovod all-reduce, the reference)
+    strategy: str = "torus"             # any registered strategy: torus, torus:horovod, torus:mpi, ring, yours
+    strategy_module: str = ""           # modules to import first (comma-separated): they register strategies
     grid: str = ""                      # XxY; "" = HOROVOD_TORUS_GRID or the default grid
     output_dir: str = "runs/demo"
     resume: bool = False
@@ -93,12 +94,15 @@ class AppConfig:
                    "data.augment": (self.data.augment, ("none", "flip", "flip_crop", "inception")),
                    "optim.optimizer": (self.optim.optimizer, ("sgd", "adam", "adamw", "lamb")),
                    "optim.decay": (self.optim.decay, ("cosine", "linear", "constant")),
-                   "train.strategy": (self.train.strategy, ("torus", "ring")),
                    "model.mixed_precision": (self.model.mixed_precision,
                                              ("", "mixed_bfloat16", "mixed_float16"))}
         for name, (value, allowed) in choices.items():
             if value not in allowed:
                 raise ValueError(f"{name}={value!r} is not one of {allowed}")
+        from horovod_torus.strategies.registry import check_strategy, import_strategy_modules
+
+        import_strategy_modules(self.train.strategy_module)
+        check_strategy(self.train.strategy)  # ValueError naming the registered strategies
         if self.data.image_size < 32:
             raise ValueError(f"image_size={self.data.image_size}: Keras ResNet-50 needs at least 32")
         if self.data.pipeline_threads < 0:

@@ -14,7 +14,8 @@ import argparse
 import sys
 
 from horovod_torus.bench.allreduce import BenchConfig, run_strategy
-from horovod_torus.bench.reducers import MPI_STRATEGIES, STRATEGIES, TF_STRATEGIES
+from horovod_torus.bench.reducers import DEFAULT_STRATEGIES, is_mpi, known_strategies
+from horovod_torus.strategies.registry import import_strategy_modules
 from horovod_torus.bench.report import (
     bench_document, canonical_dtype, format_header, format_row, parse_size, sweep_sizes, write_json_atomic,
 )
@@ -37,8 +38,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="check every result against the exact sum (1)")
     p.add_argument("-d", "--datatype", default="float32",
                    help="float32|float16|bfloat16|float64|int32|int64 (nccl-tests names too)")
-    p.add_argument("--strategies", nargs="+", default=list(STRATEGIES), metavar="NAME",
-                   help=f"any of {' '.join(STRATEGIES)} (all)")
+    p.add_argument("--strategies", nargs="+", default=list(DEFAULT_STRATEGIES), metavar="NAME",
+                   help=f"space- or comma-separated names among {' '.join(known_strategies())} and the "
+                        f"strategies of --strategy-module ({' '.join(DEFAULT_STRATEGIES)}); the MPI ones "
+                        f"(mpi, mpi-torus) run first, before Horovod starts")
+    p.add_argument("--strategy-module", action="append", default=[], metavar="MODULE",
+                   help="import MODULE first (it registers strategies); repeatable or comma-separated")
     p.add_argument("--grid", default=None, help="torus grid XxY (default: HOROVOD_TORUS_GRID, else a "
                                                 "node's ranks per row)")
     p.add_argument("--torus-backend", default=None, choices=("auto", "horovod", "mpi"),
@@ -52,9 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
 def config_from_args(args) -> BenchConfig:
     """Validate the flags (identically on every rank, before any collective). Raises ValueError."""
     sizes = sweep_sizes(parse_size(args.minbytes), parse_size(args.maxbytes), args.stepfactor)
-    bad = [s for s in args.strategies if s not in STRATEGIES]
-    if bad:
-        raise ValueError(f"--strategies {' '.join(bad)} unknown: choose among {' '.join(STRATEGIES)}")
+    names = [n for item in args.strategies for n in item.split(",") if n]
     if args.grid is not None:
         from horovod_torus.topology import TorusTopology
 
@@ -63,55 +66,42 @@ def config_from_args(args) -> BenchConfig:
         raise ValueError(f"--plot {args.plot!r} must name a .png file")
     return BenchConfig(sizes=tuple(sizes), iters=args.iters, warmup=args.warmup_iters,
                        check=bool(args.check), dtype=canonical_dtype(args.datatype),
-                       strategies=tuple(dict.fromkeys(args.strategies)), grid=args.grid)
+                       strategies=tuple(dict.fromkeys(names)), grid=args.grid)
 
 
-def _start(config, args, use_tf, have_mpi, strategies):
-    """Initialise Horovod and/or MPI; returns (control, comm, grid string, torus backend)."""
-    comm, grid, torus_backend = None, config.grid, None
-    if have_mpi:
-        from mpi4py import MPI
+def _mpi_grid(comm, grid):
+    """The grid string the mpi-torus strategy runs on (validates an explicit grid on every rank)."""
+    from horovod_torus.mpi import TorusComm
 
-        comm = MPI.COMM_WORLD
-    if use_tf:
-        import horovod_torus.tensorflow as hvd
+    with TorusComm.create(comm, grid) as tc:
+        return str(tc.grid)
 
-        from horovod_torus.tensorflow.runtime import backend
 
-        hvd.init(grid=config.grid, backend=args.torus_backend)
-        control = HorovodControl()
-        grid = str(hvd.grid())
-        torus_backend = backend()
-    elif comm is not None:
-        control = MpiControl(comm)
-    else:
-        raise AssertionError("unreachable: main() returns before _start when no strategy can run")
-    if "mpi-torus" in strategies:  # validates an explicit grid on every rank, or resolves the default
-        from horovod_torus.mpi import TorusComm
+def _start_horovod(config, args):
+    """Initialise Horovod through horovod_torus; returns (control, grid string, torus backend)."""
+    import horovod_torus.tensorflow as hvd
 
-        tc = TorusComm.create(comm, grid)
-        grid = str(tc.grid)
-        tc.free()
-    return control, comm, grid, torus_backend
+    torus = hvd.init(grid=config.grid, backend=args.torus_backend)
+    return HorovodControl(), str(torus.grid), torus.transport
 
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        import_strategy_modules(args.strategy_module)
         config = config_from_args(args)
-    except ValueError as e:
+    except (ValueError, ImportError) as e:
         print(f"horovod_torus.bench: error: {e}", file=sys.stderr)
         return 2
-    use_tf = any(s in TF_STRATEGIES for s in config.strategies)
     have_mpi = mpi_launched()
     skipped = {}
     strategies = list(config.strategies)
     if not have_mpi:
-        for s in [s for s in strategies if s in MPI_STRATEGIES]:
+        for s in [s for s in strategies if is_mpi(s)]:
             skipped[s] = ("not launched by MPI (horovodrun --gloo): MPI strategies need mpirun or "
                           "horovodrun --mpi")
     if config.dtype in ("float16", "bfloat16"):
-        for s in [s for s in strategies if s in MPI_STRATEGIES and s not in skipped]:
+        for s in [s for s in strategies if is_mpi(s) and s not in skipped]:
             skipped[s] = f"MPI has no {config.dtype} datatype"
     if config.dtype == "bfloat16" and "ring" in strategies:
         skipped["ring"] = "Horovod 0.28.1 has no bfloat16 all-reduce kernel"
@@ -121,29 +111,59 @@ def main(argv=None) -> int:
         print(f"horovod_torus.bench: error: nothing to run ({reasons}); add --strategies torus ring",
               file=sys.stderr)
         return 2
+    mpi_names = [s for s in strategies if is_mpi(s)]
+    tf_names = [s for s in strategies if not is_mpi(s)]
+    comm = None
+    grid, torus_backend = config.grid, None
     try:
-        control, comm, grid, torus_backend = _start(config, args, use_tf, have_mpi, strategies)
-    except ValueError as e:  # raised on every rank before any collective (e.g. a grid that does not fit)
+        if have_mpi:
+            from mpi4py import MPI
+
+            comm = MPI.COMM_WORLD
+            if "mpi-torus" in mpi_names:
+                grid = _mpi_grid(comm, grid)
+    except ValueError as e:  # raised on every rank before any data moves (e.g. a grid that does not fit)
         print(f"horovod_torus.bench: error: {e}", file=sys.stderr)
         return 2
+    control = MpiControl(comm) if comm is not None else None
     config = BenchConfig(**{**config.__dict__, "grid": grid})
-    launcher = "mpi" if have_mpi else "gloo"
-    host = host_facts(control, launcher=launcher, extra={"torus_backend": torus_backend})
-    root = control.rank == 0
+    root = (control.rank if control is not None else _launcher_rank()) == 0
 
     def emit(row):
         if root:
             print(format_row(row), flush=True)
 
-    if root:
-        print(f"# horovod_torus.bench: {control.size} ranks on {host['nodes']} host(s), grid {grid}, "
-              f"torus backend {torus_backend}, dtype {config.dtype}, iters {config.iters}, warm-up {config.warmup}, check {int(config.check)}")
-        for s, why in skipped.items():
-            print(f"# skipping strategy {s}: {why}")
-        print(format_header(), flush=True)
-    rows = []
-    for s in strategies:
-        rows += run_strategy(s, config, control, comm=comm, on_row=emit)
+    rows, header = [], [False]
+
+    def print_header(size, nodes):
+        if root and not header[0]:
+            header[0] = True
+            print(f"# horovod_torus.bench: {size} ranks on {nodes} host(s), grid {grid}, dtype {config.dtype}, "
+                  f"iters {config.iters}, warm-up {config.warmup}, check {int(config.check)}")
+            for s, why in skipped.items():
+                print(f"# skipping strategy {s}: {why}")
+            print(format_header(), flush=True)
+
+    if mpi_names:  # MPI baselines first, in a process where Horovod is not running yet
+        print_header(control.size, len(set(control.gather_object(_hostname()))))
+        for s in mpi_names:
+            rows += run_strategy(s, config, control, comm=comm, on_row=emit)
+    if tf_names:
+        try:
+            control, tf_grid, torus_backend = _start_horovod(config, args)
+        except ValueError as e:  # raised on every rank before any collective
+            print(f"horovod_torus.bench: error: {e}", file=sys.stderr)
+            return 2
+        grid = grid or tf_grid
+        print_header(control.size, len(set(control.gather_object(_hostname()))))
+        if root:
+            print(f"# torus backend {torus_backend}; Horovod started (the rows above ran without it)",
+                  flush=True)
+        for s in tf_names:
+            rows += run_strategy(s, config, control, comm=comm, on_row=emit)
+    launcher = "mpi" if have_mpi else "gloo"
+    host = host_facts(control, launcher=launcher, extra={"torus_backend": torus_backend,
+                                                        "mpi_rows_before_horovod": True})
     if root:
         checked = [r.wrong for r in rows if r.wrong is not None]
         print(f"# rows: {len(rows)}, total #wrong: {sum(checked) if checked else 'N/A'}")
@@ -159,6 +179,18 @@ def main(argv=None) -> int:
             print(f"# wrote {args.plot}")
     wrong = sum(r.wrong or 0 for r in rows)
     return 1 if wrong else 0
+
+
+def _hostname() -> str:
+    import socket
+
+    return socket.gethostname()
+
+
+def _launcher_rank() -> int:
+    import os
+
+    return int(os.environ.get("HOROVOD_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0")))
 
 
 if __name__ == "__main__":

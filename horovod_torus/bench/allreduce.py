@@ -17,7 +17,7 @@ import time
 import numpy as np
 
 from horovod_torus.bench.report import DTYPES, Row
-from horovod_torus.bench.reducers import MPI_STRATEGIES, TF_STRATEGIES, mpi_reduce_fn, tf_reduce_fn
+from horovod_torus.bench.reducers import check_names, is_mpi, mpi_reduce_fn, tf_reduce_fn
 
 __all__ = ["BenchConfig", "rank_input", "expected_sum", "count_wrong", "run_strategy"]
 
@@ -59,10 +59,7 @@ class BenchConfig:
             raise ValueError(f"message sizes {list(self.sizes)} bytes are all below one {self.dtype} element "
                              f"({DTYPES[self.dtype]} bytes): raise -e/--maxbytes to at least "
                              f"{DTYPES[self.dtype]}")
-        unknown = [s for s in self.strategies if s not in TF_STRATEGIES + MPI_STRATEGIES]
-        if unknown or not self.strategies:
-            raise ValueError(f"strategies {list(self.strategies)} invalid: choose among "
-                             f"{', '.join(TF_STRATEGIES + MPI_STRATEGIES)}")
+        check_names(self.strategies)
 
     def counts(self) -> list[int]:
         """Element count per size (size // itemsize); sizes below one element are dropped."""
@@ -170,7 +167,7 @@ def run_strategy(strategy: str, config: BenchConfig, control, *, comm=None, on_r
         The rows (identical on every rank).
     """
     nranks, rank = control.size, control.rank
-    is_tf = strategy in TF_STRATEGIES
+    is_tf = not is_mpi(strategy)
     if not is_tf and config.dtype in ("float16", "bfloat16"):
         raise ValueError(f"strategy {strategy} has no MPI datatype for {config.dtype}")
     reduce = tf_reduce_fn(strategy) if is_tf else mpi_reduce_fn(strategy, comm, config.grid)

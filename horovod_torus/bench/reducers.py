@@ -1,40 +1,59 @@
 """The reductions the benchmarks compare, behind one name each.
 
-TensorFlow strategies (tensors in, tensors out, timed inside ``tf.function`` as training does):
+TensorFlow strategies (tensors in, tensors out, timed inside ``tf.function`` as training does): any name
+of the strategy registry (:func:`horovod_torus.strategies.available_strategies`): ``torus`` (on the
+transport chosen at init), ``torus:horovod``, ``torus:mpi``, ``ring`` (Horovod's flat all-reduce, the
+reference), and every strategy a user registered (``--strategy-module``). The benchmark measures exactly
+what ``DistributedOptimizer(strategy=...)`` runs.
 
-* ``torus``: :func:`horovod_torus.tensorflow.grouped_torus_allreduce` (row reduce-scatter, column
-  all-reduce, row all-gather; one fused buffer per dtype);
-* ``ring``: Horovod's flat all-reduce (``horovod.tensorflow.grouped_allreduce``, the reference).
+MPI strategies (numpy buffers, mpi4py on ``MPI.COMM_WORLD``, measured before Horovod starts):
 
-Both come from the strategy registry (:func:`horovod_torus.strategies.get_strategy`), so the benchmark
-measures exactly what ``DistributedOptimizer(strategy=...)`` runs.
-
-MPI strategies (numpy buffers, mpi4py on ``MPI.COMM_WORLD``):
-
-* ``mpi-torus``: :func:`horovod_torus.mpi.torus_allreduce`;
+* ``mpi-torus``: :func:`horovod_torus.mpi.torus_allreduce` on a TorusComm made once;
 * ``mpi``: ``MPI_Allreduce`` on the world communicator.
 """
 from __future__ import annotations
 
-__all__ = ["TF_STRATEGIES", "MPI_STRATEGIES", "STRATEGIES", "tf_reduce_fn", "mpi_reduce_fn"]
+from horovod_torus.strategies.registry import available_strategies, check_strategy, get_strategy
 
-TF_STRATEGIES = ("torus", "ring")
+__all__ = ["DEFAULT_STRATEGIES", "MPI_STRATEGIES", "is_mpi", "known_strategies", "check_names", "tf_reduce_fn",
+           "mpi_reduce_fn"]
+
 MPI_STRATEGIES = ("mpi-torus", "mpi")
-STRATEGIES = TF_STRATEGIES + MPI_STRATEGIES
+DEFAULT_STRATEGIES = ("torus", "ring", "mpi-torus", "mpi")
+
+
+def is_mpi(name: str) -> bool:
+    """True for the numpy/mpi4py strategies (run before Horovod starts)."""
+    return name in MPI_STRATEGIES
+
+
+def known_strategies() -> tuple:
+    """Every name the benchmarks accept: the registry's and the MPI ones."""
+    return available_strategies() + MPI_STRATEGIES
+
+
+def check_names(names) -> None:
+    """ValueError naming the unknown strategies and the known ones."""
+    bad = []
+    for n in names:
+        if is_mpi(n):
+            continue
+        try:
+            check_strategy(n)
+        except (ValueError, TypeError):
+            bad.append(n)
+    if bad or not names:
+        raise ValueError(f"strategies {' '.join(bad) or '(none)'} unknown: choose among "
+                         f"{' '.join(known_strategies())} (register yours with --strategy-module MODULE)")
 
 
 def tf_reduce_fn(name: str):
-    """fn(tensors, op, name=None, compression, prescale_factor, postscale_factor) -> list of tensors.
-
-    The signature of the strategy registry (``horovod_torus.strategies.get_strategy``).
+    """fn(tensors, op, name=None, compression, prescale_factor, postscale_factor) -> list of tensors: the
+    registry's strategy ``name`` (after ``horovod_torus.tensorflow.init``).
 
     Raises:
-        ValueError: a name outside TF_STRATEGIES.
+        ValueError: an unknown name.
     """
-    if name not in TF_STRATEGIES:
-        raise ValueError(f"TensorFlow strategy {name!r} is unknown: choose one of {', '.join(TF_STRATEGIES)}")
-    from horovod_torus.strategies import get_strategy
-
     return get_strategy(name)
 
 

@@ -27,7 +27,8 @@ import time
 
 import numpy as np
 
-from horovod_torus.bench.reducers import TF_STRATEGIES, tf_reduce_fn
+from horovod_torus.bench.reducers import tf_reduce_fn
+from horovod_torus.strategies.registry import available_strategies, check_strategy, import_strategy_modules
 from horovod_torus.bench.report import summarize_times, write_json_atomic
 from horovod_torus.bench.world import HorovodControl, host_facts, mpi_launched
 
@@ -82,8 +83,7 @@ class TrainBenchConfig:
     def __post_init__(self):
         if self.model not in MODELS:
             raise ValueError(f"--model {self.model!r} unknown: choose one of {', '.join(MODELS)}")
-        if self.strategy not in TF_STRATEGIES:
-            raise ValueError(f"--strategy {self.strategy!r} unknown: choose one of {', '.join(TF_STRATEGIES)}")
+        check_strategy(self.strategy)
         for name, low in (("batch_size", 1), ("image_size", 32), ("classes", 2), ("steps", 1),
                           ("warmup_steps", 1), ("sync_iters", 1)):
             if getattr(self, name) < low:
@@ -221,7 +221,10 @@ def build_parser() -> argparse.ArgumentParser:
     d = TrainBenchConfig()
     p = argparse.ArgumentParser(prog="python -m horovod_torus.bench.train",
                                 description="ResNet-50 training throughput on synthetic data (torus vs ring).")
-    p.add_argument("--strategy", default=d.strategy, choices=TF_STRATEGIES)
+    p.add_argument("--strategy", default=d.strategy,
+                   help=f"a registered strategy: {', '.join(available_strategies())}, or yours (torus)")
+    p.add_argument("--strategy-module", action="append", default=[], metavar="MODULE",
+                   help="import MODULE first (it registers strategies); repeatable or comma-separated")
     p.add_argument("--model", default=d.model, choices=MODELS, help="resnet50 (default) or tiny (smoke test)")
     p.add_argument("--batch-size", type=int, default=d.batch_size, help="per-rank batch (32)")
     p.add_argument("--image-size", type=int, default=d.image_size, help="pixels per side (224)")
@@ -239,11 +242,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        import_strategy_modules(args.strategy_module)
         config = TrainBenchConfig(strategy=args.strategy, model=args.model, batch_size=args.batch_size, image_size=args.image_size,
                                   classes=args.classes, steps=args.steps, warmup_steps=args.warmup_steps,
                                   sync_iters=args.sync_iters, grid=args.grid,
                                   torus_backend=args.torus_backend)
-    except ValueError as e:
+    except (ValueError, ImportError) as e:
         print(f"horovod_torus.bench.train: error: {e}", file=sys.stderr)
         return 2
     result, host = run(config)

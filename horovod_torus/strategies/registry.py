@@ -11,15 +11,19 @@ call it ONCE per step with all the step's dense gradients, so a strategy is free
 The reference strategy ``"ring"`` (Horovod's flat ``grouped_allreduce``) defines correctness: any other
 strategy must give the same values up to floating-point reassociation.
 
-This module has no TensorFlow or Horovod import; the built-ins are registered by ``horovod_torus.strategies``.
+Built-ins (always registered, loaded on first use, so this module imports neither TensorFlow nor Horovod):
+
+* ``"torus"``: the 2D torus of the process (``hvd.init``), on the transport chosen at init;
+* ``"torus:horovod"`` / ``"torus:mpi"``: the same torus on the Horovod-ops / the mpi4py transport;
+* ``"ring"``: Horovod's flat ``grouped_allreduce`` (the reference).
 """
 from __future__ import annotations
 
 import inspect
 from typing import Callable
 
-__all__ = ["register_strategy", "unregister_strategy", "get_strategy", "available_strategies",
-           "resolve_strategy", "STRATEGY_ARGS", "DEFAULT_STRATEGY"]
+__all__ = ["register_strategy", "unregister_strategy", "get_strategy", "available_strategies", "check_strategy",
+           "import_strategy_modules", "resolve_strategy", "STRATEGY_ARGS", "DEFAULT_STRATEGY"]
 
 #: The strategy used when none is named.
 DEFAULT_STRATEGY = "torus"
@@ -28,7 +32,14 @@ DEFAULT_STRATEGY = "torus"
 STRATEGY_ARGS = ("tensors", "op", "name", "compression", "prescale_factor", "postscale_factor")
 
 _REGISTRY: dict[str, Callable] = {}
-_BUILTIN: set[str] = set()
+
+#: Built-in names -> "module:factory"; the factory returns the strategy (torus ones need ``init`` first).
+_BUILTIN = {
+    "torus": "horovod_torus.tensorflow.builtin_strategies:torus",
+    "torus:horovod": "horovod_torus.tensorflow.builtin_strategies:torus_horovod",
+    "torus:mpi": "horovod_torus.tensorflow.builtin_strategies:torus_mpi",
+    "ring": "horovod_torus.tensorflow.builtin_strategies:ring",
+}
 
 
 def _check_callable(fn, label: str) -> None:
@@ -57,7 +68,7 @@ def register_strategy(name: str, fn: Callable, *, overwrite: bool = False) -> Ca
             module docstring); checked here, when registered, to accept those six arguments by position
             and by keyword.
         overwrite: replace a user strategy already registered under ``name``. The built-ins
-            ``"ring"`` and ``"torus"`` can never be replaced.
+            (``"ring"``, ``"torus"``, ``"torus:horovod"``, ``"torus:mpi"``) can never be replaced.
 
     Returns:
         ``fn`` (so this can be used as a decorator through ``functools.partial``).
@@ -96,21 +107,21 @@ def unregister_strategy(name: str) -> None:
     del _REGISTRY[name]
 
 
-def _register_builtin(name: str, fn: Callable) -> None:
-    _check_callable(fn, repr(name))
-    _REGISTRY[name] = fn
-    _BUILTIN.add(name)
-
-
 def get_strategy(name: str) -> Callable:
     """The strategy registered under ``name``.
 
     Raises:
         ValueError: no strategy has that name (the message lists the registered ones).
         TypeError: ``name`` is not a string.
+        RuntimeError: a torus strategy before ``horovod_torus.tensorflow.init()``.
     """
     if not isinstance(name, str):
         raise TypeError(f"strategy name must be a str, got {name!r} ({type(name).__name__})")
+    if name in _BUILTIN:
+        import importlib
+
+        module, factory = _BUILTIN[name].split(":")
+        return getattr(importlib.import_module(module), factory)()
     try:
         return _REGISTRY[name]
     except KeyError:
@@ -119,9 +130,19 @@ def get_strategy(name: str) -> Callable:
                          f"horovod_torus.strategies.register_strategy(name, fn)") from None
 
 
+def check_strategy(strategy) -> None:
+    """Raise now (ValueError/TypeError) for an unknown name or a callable with wrong parameters, without
+    resolving a built-in (the torus ones exist only after ``init``)."""
+    if isinstance(strategy, str):
+        if strategy not in _BUILTIN:
+            get_strategy(strategy)
+    else:
+        _check_callable(strategy, "argument")
+
+
 def available_strategies() -> tuple[str, ...]:
-    """Names of the registered strategies, sorted."""
-    return tuple(sorted(_REGISTRY))
+    """Names of the registered strategies (built-ins included), sorted."""
+    return tuple(sorted(set(_REGISTRY) | set(_BUILTIN)))
 
 
 def resolve_strategy(strategy) -> Callable:
@@ -130,3 +151,23 @@ def resolve_strategy(strategy) -> Callable:
         return get_strategy(strategy)
     _check_callable(strategy, "argument")
     return strategy
+
+
+def import_strategy_modules(modules) -> None:
+    """Import each module of ``modules`` (names, or one comma-separated string) for the strategies it
+    registers: what ``--strategy-module`` does in the training app and the benchmark.
+
+    Raises:
+        ImportError: naming the module that could not be imported.
+    """
+    import importlib
+
+    if isinstance(modules, str):
+        modules = [modules]
+    for item in modules or []:
+        for module in filter(None, (m.strip() for m in item.split(","))):
+            try:
+                importlib.import_module(module)
+            except ImportError as exc:
+                raise ImportError(f"--strategy-module {module!r} cannot be imported ({exc}): put it on "
+                                  f"PYTHONPATH (every rank must be able to import it)") from exc

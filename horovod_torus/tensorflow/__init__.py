@@ -23,12 +23,16 @@ from horovod.tensorflow import (  # noqa: F401
 from horovod_torus.tensorflow.collectives import (  # noqa: F401
     SUPPORTED_DTYPES, grouped_torus_allreduce, torus_allreduce,
 )
-from horovod_torus.tensorflow.runtime import backend, grid, init, shutdown, torus_process_sets  # noqa: F401
+from horovod_torus.tensorflow.runtime import (  # noqa: F401
+    backend, grid, init, shutdown, torus, torus_comm, torus_process_sets,
+)
+from horovod_torus.tensorflow.torus import TorusAllreduce  # noqa: F401
+from horovod_torus.signature import TorusMismatchError  # noqa: F401
+from horovod_torus.agreement import SettingsMismatchError  # noqa: F401
 from horovod_torus.topology import TorusTopology  # noqa: F401
 from horovod_torus.tensorflow.reductions import allreduce, grouped_allreduce  # noqa: F401
 from horovod_torus.tensorflow.variables import broadcast_variables  # noqa: F401
 from horovod_torus.tensorflow.gradient_tape import DistributedGradientTape  # noqa: F401
-import horovod_torus.strategies  # noqa: E402,F401  (registers the built-in strategies "ring" and "torus")
 from horovod_torus.strategies.registry import (  # noqa: E402,F401
     available_strategies, get_strategy, register_strategy,
 )

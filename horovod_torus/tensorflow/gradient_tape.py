@@ -5,7 +5,8 @@ import horovod.tensorflow as _hvd
 import tensorflow as tf
 
 from horovod_torus.strategies.registry import DEFAULT_STRATEGY
-from horovod_torus.tensorflow.gradients import GradientReducer
+from horovod_torus.tensorflow.gradients import GradientReducer, ReductionOptions, normalize_groups
+from horovod_torus.tensorflow.reductions import check_process_set
 
 __all__ = ["DistributedGradientTape"]
 
@@ -61,9 +62,12 @@ def DistributedGradientTape(gradtape, device_dense='', device_sparse='', compres
                         f"({type(gradtape).__name__})")
     if isinstance(gradtape, _DistributedGradientTape):
         raise ValueError("this tape is already a DistributedGradientTape; wrap it once")
-    reducer = GradientReducer(strategy, op, compression, sparse_as_dense, gradient_predivide_factor, groups,
-                              device_dense, device_sparse, scale_local_gradients, "DistributedGradientTape",
-                              num_groups=num_groups, process_set=process_set)
+    check_process_set(process_set)
+    reducer = GradientReducer(ReductionOptions(
+        strategy=strategy, op=op, compression=compression, sparse_as_dense=bool(sparse_as_dense),
+        gradient_predivide_factor=gradient_predivide_factor, groups=normalize_groups(groups, num_groups),
+        device_dense=device_dense, device_sparse=device_sparse, scale_local_gradients=scale_local_gradients,
+        name="DistributedGradientTape"))
     base = type(gradtape)
     cls = type(base.__name__, (_DistributedGradientTape, base), {})
     return cls(gradtape._tape, reducer, gradtape._persistent, gradtape._watch_accessed_variables)

@@ -16,23 +16,16 @@ One :class:`GradientReducer` per optimizer/tape. Per step, :meth:`GradientReduce
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 import horovod.tensorflow as _hvd
 import tensorflow as tf
 
-from horovod_torus.strategies.registry import DEFAULT_STRATEGY, resolve_strategy
+from horovod_torus.scaling import scale
+from horovod_torus.strategies.registry import DEFAULT_STRATEGY, check_strategy, resolve_strategy
+from horovod_torus.tensorflow.reductions import check_process_set, reduce_sparse
 
-__all__ = ["GradientReducer", "check_process_set", "normalize_groups"]
-
-
-def check_process_set(process_set) -> None:
-    """Raise ValueError unless ``process_set`` is Horovod's global set (the torus spans all ranks)."""
-    if process_set is not _hvd.global_process_set and \
-            getattr(process_set, "process_set_id", None) != 0:
-        raise ValueError(
-            f"process_set={process_set!r}: horovod_torus reduces over all ranks (the torus grid is the "
-            f"global set); pass process_set=hvd.global_process_set, or use horovod.tensorflow directly "
-            f"for a subset of ranks")
+__all__ = ["GradientReducer", "ReductionOptions", "check_process_set", "normalize_groups"]
 
 
 def normalize_groups(groups, num_groups=0):
@@ -61,55 +54,83 @@ def _split_list(items, n):
     return [c for c in out if c]
 
 
-class GradientReducer:
-    """All-reduces one step's gradients through a strategy (see the module docstring for the steps).
+@dataclasses.dataclass(frozen=True)
+class ReductionOptions:
+    """How :class:`GradientReducer` reduces (Horovod's DistributedOptimizer/Tape parameters).
 
-    Args:
-        strategy: a registered strategy name (``"torus"``, ``"ring"``, ...) or a strategy callable.
+    Attributes:
+        strategy: a registered strategy name (``"torus"``, ``"ring"``, ...) or a strategy callable;
+            names are resolved at the first step (after ``init``).
         op: ``hvd.Average`` or ``hvd.Sum`` (``"ring"`` also takes Horovod's other ops for dense tensors).
         compression: ``hvd.Compression.none`` or ``hvd.Compression.fp16`` (dense gradients only).
         sparse_as_dense: densify ``tf.IndexedSlices`` before reducing them.
-        gradient_predivide_factor: f > 0; only with ``op=Average``.
+        gradient_predivide_factor: f > 0; only with ``op=Average``: scale 1/f before the sum, f/N after.
         groups: None (one strategy call per step), an int k > 0 (k calls over contiguous chunks) or a list
             of lists of variables (one call per list, one per remaining gradient).
         device_dense, device_sparse: ``tf.device`` strings for the two paths ('' = TensorFlow's choice).
         scale_local_gradients: divide gradients of local variables by N.
         name: name scope of the ops.
-        num_groups: Horovod's deprecated alias of ``groups``.
-        process_set: only ``hvd.global_process_set``.
 
-    Raises:
-        ValueError: an unknown strategy name, an op/predivide combination Horovod also rejects, bad groups.
+    Raises (at construction):
+        ValueError: an op/predivide combination Horovod also rejects, bad groups.
         TypeError: a strategy callable with the wrong parameters.
     """
 
-    def __init__(self, strategy=DEFAULT_STRATEGY, op=_hvd.Average, compression=_hvd.Compression.none,
-                 sparse_as_dense=False, gradient_predivide_factor=1.0, groups=None, device_dense="",
-                 device_sparse="", scale_local_gradients=True, name="DistributedGradients", *,
-                 num_groups=0, process_set=_hvd.global_process_set):
-        check_process_set(process_set)
-        self.strategy = resolve_strategy(strategy)
-        self.strategy_name = strategy if isinstance(strategy, str) else getattr(strategy, "__name__",
-                                                                                repr(strategy))
-        if op is None:
-            op = _hvd.Average
+    strategy: object = DEFAULT_STRATEGY
+    op: object = _hvd.Average
+    compression: object = _hvd.Compression.none
+    sparse_as_dense: bool = False
+    gradient_predivide_factor: float = 1.0
+    groups: object = None
+    device_dense: str = ""
+    device_sparse: str = ""
+    scale_local_gradients: bool = True
+    name: str = "DistributedGradients"
+
+    def __post_init__(self):
+        check_strategy(self.strategy)  # an unknown name or a bad callable fails now, not at the first step
+        op = _hvd.Average if self.op is None else self.op
+        object.__setattr__(self, "op", op)
         if op == _hvd.Adasum:
             raise ValueError("op=Adasum is not supported by horovod_torus: use op=hvd.Average or hvd.Sum")
-        if not gradient_predivide_factor or gradient_predivide_factor <= 0:
-            raise ValueError(f"gradient_predivide_factor={gradient_predivide_factor!r} must be > 0")
-        if gradient_predivide_factor != 1.0 and op != _hvd.Average:
-            raise ValueError(f"gradient_predivide_factor={gradient_predivide_factor} is supported only "
-                             f"with op=Average (Horovod's rule)")
-        self.op = op
-        self.compression = compression
-        self.sparse_as_dense = bool(sparse_as_dense)
-        self.prescale = 1.0 / gradient_predivide_factor if op == _hvd.Average else 1.0
-        self.postscale = gradient_predivide_factor if op == _hvd.Average else 1.0
-        self.groups = normalize_groups(groups, num_groups)
-        self.device_dense, self.device_sparse = device_dense, device_sparse
-        self.scale_local_gradients = scale_local_gradients
-        self.name = name
+        f = self.gradient_predivide_factor
+        if not f or f <= 0:
+            raise ValueError(f"gradient_predivide_factor={f!r} must be > 0")
+        if f != 1.0 and op != _hvd.Average:
+            raise ValueError(f"gradient_predivide_factor={f} is supported only with op=Average (Horovod's rule)")
+        object.__setattr__(self, "groups", normalize_groups(self.groups))
+
+    @property
+    def prescale(self) -> float:
+        return 1.0 / self.gradient_predivide_factor if self.op == _hvd.Average else 1.0
+
+    @property
+    def postscale(self) -> float:
+        return self.gradient_predivide_factor if self.op == _hvd.Average else 1.0
+
+    @property
+    def strategy_name(self) -> str:
+        s = self.strategy
+        return s if isinstance(s, str) else getattr(s, "__name__", repr(s))
+
+
+class GradientReducer:
+    """All-reduces one step's gradients through a strategy (see the module docstring for the steps).
+
+    Args:
+        options: the :class:`ReductionOptions`.
+    """
+
+    def __init__(self, options: ReductionOptions):
+        self.options = options
+        self._strategy = None  # resolved at the first step: the torus exists only after init()
         self._local = {}  # id(variable) -> variable
+
+    @property
+    def strategy(self):
+        if self._strategy is None:
+            self._strategy = resolve_strategy(self.options.strategy)
+        return self._strategy
 
     def register_local_var(self, var) -> None:
         """Mark ``var`` as local to this rank: its gradient is never reduced."""
@@ -125,6 +146,7 @@ class GradientReducer:
         Returns a list of the same length: None stays None, IndexedSlices stay IndexedSlices (unless
         ``sparse_as_dense``), dense tensors keep shape and dtype.
         """
+        o = self.options
         grads = list(grads)
         variables = list(variables) if variables is not None else [None] * len(grads)
         if len(variables) != len(grads):
@@ -135,64 +157,53 @@ class GradientReducer:
             if g is None:
                 continue
             if v is not None and id(v) in self._local:
-                if self.scale_local_gradients:
+                if o.scale_local_gradients:
                     out[i] = _scale(g, 1.0 / _hvd.size())
                 continue
             if isinstance(g, tf.IndexedSlices):
-                if self.sparse_as_dense:
+                if o.sparse_as_dense:
                     out[i] = g = tf.convert_to_tensor(g)
                 else:
                     sparse.append(i)
                     continue
             dense.append(i)
-        with tf.name_scope(self.name + "_Allreduce"):
-            with _device(self.device_dense):
+        with tf.name_scope(o.name + "_Allreduce"):
+            with _device(o.device_dense):
                 for idx in self._split(dense, variables):
-                    reduced = self.strategy([out[i] for i in idx], self.op, None, self.compression,
-                                            self.prescale, self.postscale)
+                    reduced = self.strategy([out[i] for i in idx], o.op, None, o.compression, o.prescale,
+                                            o.postscale)
                     if len(reduced) != len(idx):
-                        raise RuntimeError(f"strategy {self.strategy_name!r} returned {len(reduced)} "
+                        raise RuntimeError(f"strategy {o.strategy_name!r} returned {len(reduced)} "
                                            f"tensors for {len(idx)} inputs")
                     for i, r in zip(idx, reduced):
                         out[i] = r
-            with _device(self.device_sparse):
+            with _device(o.device_sparse):
                 for i in sparse:
-                    out[i] = self._reduce_sparse(out[i])
+                    out[i] = reduce_sparse(out[i], o.op, o.prescale, o.postscale)
         return out
 
     def _split(self, dense, variables):
         if not dense:
             return []
-        if self.groups is None:
+        groups = self.options.groups
+        if groups is None:
             return [dense]
-        if isinstance(self.groups, int):
-            return _split_list(dense, self.groups)
+        if isinstance(groups, int):
+            return _split_list(dense, groups)
         pos = {id(variables[i]): i for i in dense}
         chunks = []
-        for group in self.groups:
+        for group in groups:
             chunk = [pos.pop(id(v)) for v in group if id(v) in pos]
             if chunk:
                 chunks.append(sorted(chunk))
         chunks.extend([i] for i in sorted(pos.values()))
         return chunks
 
-    def _reduce_sparse(self, g):
-        if self.op not in (_hvd.Average, _hvd.Sum):
-            raise ValueError(f"op={self.op!r} is not supported for tf.IndexedSlices gradients; use "
-                             f"op=Average or Sum, or sparse_as_dense=True")
-        values = g.values * tf.cast(self.prescale, g.values.dtype) if self.prescale != 1.0 else g.values
-        values = _hvd.allgather(values)
-        indices = _hvd.allgather(g.indices)
-        post = self.postscale / _hvd.size() if self.op == _hvd.Average else self.postscale
-        if post != 1.0:
-            values = values * tf.cast(post, values.dtype)
-        return tf.IndexedSlices(values, indices, dense_shape=g.dense_shape)
-
 
 def _scale(g, factor):
     if isinstance(g, tf.IndexedSlices):
-        return tf.IndexedSlices(g.values * tf.cast(factor, g.values.dtype), g.indices, g.dense_shape)
-    return g * tf.cast(factor, g.dtype)
+        return tf.IndexedSlices(scale(g.values, factor), g.indices, g.dense_shape)
+    return scale(g, factor)
 
 
 def _device(name):

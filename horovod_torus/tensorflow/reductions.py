@@ -1,19 +1,51 @@
-"""``allreduce`` and ``grouped_allreduce`` with Horovod's signatures, reducing through a strategy.
+"""``allreduce`` and ``grouped_allreduce`` with Horovod's signatures, reducing through a strategy, and the
+one sparse path (``tf.IndexedSlices``) that they and the gradient reducer share.
 
 Dense tensors go through the strategy (``"torus"`` by default, keyword-only ``strategy=``);
-``tf.IndexedSlices`` go through Horovod's sparse path (an all-gather of values and indices), as in Horovod.
+``tf.IndexedSlices`` are all-gathered (values and indices), as in Horovod.
 """
 from __future__ import annotations
 
 import horovod.tensorflow as _hvd
 import tensorflow as tf
 
+from horovod_torus.scaling import postscale as _postscale
+from horovod_torus.scaling import prescale as _prescale
+from horovod_torus.scaling import scale
 from horovod_torus.strategies.registry import DEFAULT_STRATEGY, resolve_strategy
-from horovod_torus.tensorflow.gradients import check_process_set
 
-__all__ = ["allreduce", "grouped_allreduce"]
+__all__ = ["allreduce", "grouped_allreduce", "reduce_sparse", "check_process_set"]
 
 Compression = _hvd.Compression
+
+
+def check_process_set(process_set) -> None:
+    """Raise ValueError unless ``process_set`` is Horovod's global set (the torus spans all ranks)."""
+    if process_set is not _hvd.global_process_set and \
+            getattr(process_set, "process_set_id", None) != 0:
+        raise ValueError(
+            f"process_set={process_set!r}: horovod_torus reduces over all ranks (the torus grid is the "
+            f"global set); pass process_set=hvd.global_process_set, or use horovod.tensorflow directly "
+            f"for a subset of ranks")
+
+
+def reduce_sparse(g: tf.IndexedSlices, op, prescale_factor=1.0, postscale_factor=1.0, name=None):
+    """All-reduce a ``tf.IndexedSlices`` the Horovod way: all-gather values and indices over all ranks
+    (the dense tensors they represent are summed), scaled like the dense path (pre-scale, then
+    post-scale with 1/N for Average, :mod:`horovod_torus.scaling`). Horovod 0.28.1 ignores the scale
+    factors of a sparse all-reduce; here they apply, so sparse and dense gradients agree.
+
+    Raises:
+        ValueError: an op other than Average or Sum (use ``sparse_as_dense=True`` for the others).
+    """
+    if op not in (_hvd.Average, _hvd.Sum):
+        raise ValueError(f"op={op!r} is not supported for tf.IndexedSlices; use op=Average or Sum, or "
+                         f"sparse_as_dense=True")
+    values = scale(g.values, _prescale(prescale_factor))
+    values = _hvd.allgather(values, name=name and f"{name}_values")
+    indices = _hvd.allgather(g.indices, name=name and f"{name}_indices")
+    values = scale(values, _postscale(postscale_factor, _hvd.size() if op == _hvd.Average else 1))
+    return tf.IndexedSlices(values, indices, dense_shape=g.dense_shape)
 
 
 def _resolve_op(op, average):
@@ -32,8 +64,7 @@ def allreduce(tensor, average=None, device_dense='', device_sparse='', compressi
 
     Args:
         tensor: a dense ``tf.Tensor``/``tf.Variable``/Keras variable (any shape; same shape and dtype on
-            every rank) or a ``tf.IndexedSlices`` (all-gathered, Horovod's sparse path: op Average/Sum,
-            no pre/postscale).
+            every rank) or a ``tf.IndexedSlices`` (:func:`reduce_sparse`).
         op: ``hvd.Average`` (None: the default) or ``hvd.Sum``; ``strategy="ring"`` also takes Min, Max,
             Product. ``average`` is Horovod's deprecated boolean form.
         compression, prescale_factor, postscale_factor, name: as in Horovod.
@@ -43,11 +74,13 @@ def allreduce(tensor, average=None, device_dense='', device_sparse='', compressi
         strategy: keyword-only; a registered name or a strategy callable.
 
     Returns:
-        A tensor of the input's shape and dtype (IndexedSlices for IndexedSlices).
+        A tensor of the input's shape and dtype (IndexedSlices for IndexedSlices). Differentiable: the
+        gradient is the same all-reduce of the upstream gradient (as in Horovod).
 
     Raises:
         ValueError: an unknown strategy, a non-global process set, op and average both given.
         TypeError / ValueError from the strategy: e.g. an unsupported dtype or op for the torus.
+        tf.errors.FailedPreconditionError: the ranks passed different shapes, dtypes, op or factors.
     """
     return grouped_allreduce([tensor], average, device_dense, device_sparse, compression, op,
                              prescale_factor, postscale_factor, process_set, ignore_name_scope, name,
@@ -72,9 +105,8 @@ def grouped_allreduce(tensors, average=None, device_dense='', device_sparse='',
                          prescale_factor, postscale_factor)
         for i, r in zip(dense, reduced):
             out[i] = r
-    for i, t in enumerate(tensors):
-        if isinstance(t, tf.IndexedSlices):
-            out[i] = _hvd.allreduce(t, device_sparse=device_sparse, op=op,
-                                    prescale_factor=prescale_factor, postscale_factor=postscale_factor,
-                                    name=name and f"{name}_{i}")
+    with tf.device(device_sparse):
+        for i, t in enumerate(tensors):
+            if isinstance(t, tf.IndexedSlices):
+                out[i] = reduce_sparse(t, op, prescale_factor, postscale_factor, name and f"{name}_{i}")
     return out

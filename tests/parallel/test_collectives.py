@@ -116,10 +116,48 @@ def test_large_buffer_of_many_gradients(hvd, world):
 
 
 def test_unsupported_dtype_raises_type_error_naming_it(hvd):
-    with pytest.raises(TypeError, match="uint8"):
-        hvd.torus_allreduce(tf.zeros([3], tf.uint8))
+    with pytest.raises(TypeError, match="bool"):
+        hvd.torus_allreduce(tf.zeros([3], tf.bool))
     with pytest.raises(TypeError, match="complex64"):
         hvd.grouped_torus_allreduce([tf.zeros([2]), tf.zeros([3], tf.complex64)])
+
+
+def torus_transports(hvd):
+    """The torus strategies this launch can run: torus:horovod always, torus:mpi under the MPI controller."""
+    return ["torus:horovod"] + (["torus:mpi"] if hvd.torus_comm() is not None else [])
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int16", "uint16"])
+def test_small_integer_dtypes_match_flat_allreduce(hvd, world, dtype):
+    size, rank = world
+    x = tf.constant((np.arange(9) % 5 + rank).astype(dtype))
+    ref = np.sum([(np.arange(9) % 5 + r) for r in range(size)], axis=0).astype(dtype)
+    if dtype in ("int8", "uint8"):  # Horovod 0.28.1 has no 16-bit integer all-reduce kernels
+        np.testing.assert_array_equal(flat_hvd.allreduce(x, op=flat_hvd.Sum).numpy(), ref)
+    for strategy in torus_transports(hvd):
+        out = hvd.allreduce(x, op=hvd.Sum, strategy=strategy)
+        assert out.dtype == x.dtype
+        np.testing.assert_array_equal(out.numpy(), ref, err_msg=strategy)
+
+
+def test_gradient_flows_through_the_allreduce_on_every_transport(hvd, world):
+    size, _ = world
+    for strategy in torus_transports(hvd) + ["torus"]:
+        v = tf.Variable([1.0, 2.0, 3.0])
+        with tf.GradientTape(persistent=True) as tape:
+            s = hvd.allreduce(v, op=hvd.Sum, strategy=strategy)
+            a = hvd.allreduce(v * 2.0, op=hvd.Average, strategy=strategy)
+        np.testing.assert_array_equal(tape.gradient(s, v).numpy(), [size] * 3, err_msg=strategy)   # Horovod: [N]*3
+        np.testing.assert_array_equal(tape.gradient(a, v).numpy(), [2.0] * 3, err_msg=strategy)
+
+
+def test_float16_scaling_is_done_in_float32_like_horovod(hvd, world):
+    x = tf.constant([55.78125], tf.float16)
+    factor = 0.1915194503788923
+    ref = flat_hvd.allreduce(x, op=flat_hvd.Sum, prescale_factor=factor).numpy()
+    for strategy in torus_transports(hvd):
+        out = hvd.allreduce(x, op=hvd.Sum, prescale_factor=factor, strategy=strategy).numpy()
+        assert out[0] == ref[0], (strategy, out, ref)
 
 
 def test_unsupported_op_and_sparse_input(hvd):

@@ -18,7 +18,7 @@ def test_shard_counts_follow_horovod_reducescatter():
 def test_plan_groups_by_dtype_in_first_appearance_order():
     shapes = [(2, 3), (), (0,), (5,), (1, 1, 1)]
     dtypes = ["float32", "int64", "float32", "int64", "float32"]
-    g32, g64 = plan_fusion(shapes, dtypes, x=4)
+    g32, g64 = plan_fusion(shapes, dtypes)
     assert g32.dtype == "float32" and g32.indices == (0, 2, 4)
     assert g32.counts == (6, 0, 1) and g32.offsets == (0, 6, 6)
     assert g32.total == 7
@@ -27,21 +27,21 @@ def test_plan_groups_by_dtype_in_first_appearance_order():
 
 
 def test_plan_all_empty():
-    (g,) = plan_fusion([(0,), (3, 0)], ["float32", "float32"], x=3)
+    (g,) = plan_fusion([(0,), (3, 0)], ["float32", "float32"])
     assert g.total == 0 and g.counts == (0, 0)
 
 
 def test_plan_errors():
     with pytest.raises(ValueError, match="2 shapes but 1 dtypes"):
-        plan_fusion([(1,), (2,)], ["float32"], x=2)
+        plan_fusion([(1,), (2,)], ["float32"])
     with pytest.raises(ValueError, match="unknown dimension"):
-        plan_fusion([(None, 3)], ["float32"], x=2)
+        plan_fusion([(None, 3)], ["float32"])
 
 
 def test_pack_unpack_roundtrip_numpy():
     rng = np.random.default_rng(0)
     arrays = [rng.normal(size=s).astype(np.float32) for s in [(3, 2), (), (0, 4), (7,)]]
-    (g,) = plan_fusion([a.shape for a in arrays], [a.dtype for a in arrays], x=4)
+    (g,) = plan_fusion([a.shape for a in arrays], [a.dtype for a in arrays])
     buf = np.zeros(g.total, np.float32)
     for i, off, c in zip(g.indices, g.offsets, g.counts):
         buf[off:off + c] = arrays[i].ravel()

@@ -10,7 +10,7 @@ import tensorflow as tf
 
 import horovod_torus.tensorflow as hvd
 import horovod_torus.tensorflow.keras as khvd
-from horovod_torus.tensorflow.gradients import GradientReducer
+from horovod_torus.tensorflow.gradients import GradientReducer, ReductionOptions
 
 
 class Recording:
@@ -40,13 +40,13 @@ def test_reducer_keeps_none_and_honours_groups():
     rec = Recording()
     vs = [tf.Variable(tf.ones([2])) for _ in range(5)]
     grads = [tf.ones([2]), None, tf.ones([2]), tf.ones([2]), None]
-    out = GradientReducer(rec)(grads, vs)
+    out = GradientReducer(ReductionOptions(strategy=rec))(grads, vs)
     assert out[1] is None and out[4] is None and [c["n"] for c in rec.calls] == [3]
     rec.calls.clear()
-    GradientReducer(rec, groups=2)(grads, vs)
+    GradientReducer(ReductionOptions(strategy=rec, groups=2))(grads, vs)
     assert [c["n"] for c in rec.calls] == [2, 1]
     rec.calls.clear()
-    GradientReducer(rec, groups=[[vs[3], vs[0]]])(grads, vs)
+    GradientReducer(ReductionOptions(strategy=rec, groups=[[vs[3], vs[0]]]))(grads, vs)
     assert [c["n"] for c in rec.calls] == [2, 1]
 
 
@@ -87,15 +87,18 @@ def test_horovod_parameter_order_and_defaults_are_kept():
     import inspect
     import horovod.tensorflow as stock_tf
     import horovod.tensorflow.keras as stock_keras
+    from horovod.common.basics import HorovodBasics
     for ours, stock in [(khvd.DistributedOptimizer, stock_keras.DistributedOptimizer),
                         (hvd.DistributedGradientTape, stock_tf.DistributedGradientTape),
                         (hvd.allreduce, stock_tf.allreduce), (hvd.grouped_allreduce, stock_tf.grouped_allreduce),
                         (khvd.callbacks.LearningRateWarmupCallback, stock_keras.callbacks.LearningRateWarmupCallback),
                         (khvd.callbacks.LearningRateScheduleCallback, stock_keras.callbacks.LearningRateScheduleCallback),
                         (khvd.callbacks.BroadcastGlobalVariablesCallback, stock_keras.callbacks.BroadcastGlobalVariablesCallback),
-                        (khvd.callbacks.MetricAverageCallback, stock_keras.callbacks.MetricAverageCallback)]:
+                        (khvd.callbacks.MetricAverageCallback, stock_keras.callbacks.MetricAverageCallback),
+                        # horovod.tensorflow.init is init(*args, **kwargs) around HorovodBasics.init:
+                        (hvd.init, HorovodBasics.init), (khvd.init, HorovodBasics.init)]:
         a = [(p.name, p.default) for p in inspect.signature(ours).parameters.values()
-             if p.kind != p.KEYWORD_ONLY]
+             if p.kind not in (p.KEYWORD_ONLY, p.VAR_KEYWORD)]
         b = [(p.name, p.default) for p in inspect.signature(stock).parameters.values()
-             if p.kind != p.KEYWORD_ONLY and p.name not in ("args", "kwargs")]
+             if p.kind != p.KEYWORD_ONLY and p.name not in ("args", "kwargs", "self")]
         assert a == b, ours

@@ -2,18 +2,30 @@
 import pytest
 
 from horovod_torus import strategies as S
-from horovod_torus.tensorflow import grouped_torus_allreduce
+from horovod_torus.tensorflow.builtin_strategies import ring_allreduce
 
 
 def good(tensors, op, name, compression, prescale_factor, postscale_factor):
     return list(tensors)
 
 
-def test_builtins_are_ring_and_torus():
-    assert S.available_strategies() == ("ring", "torus")
-    assert S.get_strategy("torus") is grouped_torus_allreduce
-    assert S.get_strategy("ring") is S.ring_allreduce
+def test_builtins_are_ring_and_the_torus_transports():
+    assert S.available_strategies() == ("ring", "torus", "torus:horovod", "torus:mpi")
+    assert S.get_strategy("ring") is ring_allreduce
     assert S.DEFAULT_STRATEGY == "torus"
+    with pytest.raises(RuntimeError, match="call horovod_torus.tensorflow.init"):
+        S.get_strategy("torus")   # bound to the process's torus, which init() makes
+
+
+def test_check_strategy_rejects_unknown_names_before_init():
+    S.check_strategy("torus:mpi")
+    with pytest.raises(ValueError, match="unknown all-reduce strategy 'tours'"):
+        S.check_strategy("tours")
+
+
+def test_import_strategy_modules_names_the_missing_module():
+    with pytest.raises(ImportError, match="'no_such_module_xyz' cannot be imported"):
+        S.import_strategy_modules("json, no_such_module_xyz")
 
 
 def test_register_get_overwrite_unregister():
@@ -57,7 +69,7 @@ def test_bad_names(name, exc, match):
 
 
 def test_resolve_accepts_names_and_checked_callables():
-    assert S.resolve_strategy("ring") is S.ring_allreduce
+    assert S.resolve_strategy("ring") is ring_allreduce
     assert S.resolve_strategy(good) is good
     with pytest.raises(TypeError, match="cannot be called as"):
         S.resolve_strategy(lambda x: x)

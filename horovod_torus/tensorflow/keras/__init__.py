@@ -13,19 +13,22 @@ from horovod.tensorflow.compression import Compression  # noqa: F401
 import horovod.tensorflow as _hvd_tf
 import tensorflow as tf
 
-from horovod_torus.strategies import available_strategies, get_strategy, register_strategy  # noqa: F401
+from horovod_torus.strategies.registry import DEFAULT_STRATEGY
+
+from horovod_torus.strategies.registry import available_strategies, get_strategy, register_strategy  # noqa: F401
 from horovod_torus.tensorflow.collectives import grouped_torus_allreduce, torus_allreduce  # noqa: F401
 from horovod_torus.tensorflow.keras.optimizer import (  # noqa: F401
     DistributedOptimizer, is_distributed_optimizer,
 )
-from horovod_torus.tensorflow.runtime import grid, init, shutdown, torus_process_sets  # noqa: F401
+from horovod_torus.tensorflow.runtime import backend, grid, init, shutdown, torus, torus_process_sets  # noqa: F401
+from horovod_torus.tensorflow.torus import TorusAllreduce  # noqa: F401
 from horovod_torus.tensorflow.keras import callbacks  # noqa: F401,E402
 from horovod_torus.tensorflow.reductions import allreduce as _allreduce  # noqa: E402
 from horovod_torus.tensorflow.variables import broadcast_variables  # noqa: F401,E402
 
 
 def allreduce(value, name=None, average=None, prescale_factor=1.0, postscale_factor=1.0, op=None,
-              compression=Compression.none, *, strategy="torus"):
+              compression=Compression.none, *, strategy=DEFAULT_STRATEGY):
     """``horovod.tensorflow.keras.allreduce``: all-reduce a tensor-compatible value (eager), through
     ``strategy`` (keyword-only, ``"torus"`` by default). Returns a tensor of the value's shape."""
     return _allreduce(tf.constant(value, name=name), average=average, compression=compression, op=op,

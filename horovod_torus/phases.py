@@ -1,0 +1,102 @@
+"""The 2D-torus all-reduce of one flat buffer, written once over a small transport protocol.
+
+Source: Mikami et al., "ImageNet/ResNet-50 Training in 224 Seconds", arXiv 1811.05233, section 3.2.
+Ranks sit on an X x Y grid (rank r at row r // X, column r % X). For a buffer of S elements:
+
+1. reduce-scatter along the row: the rank at column c keeps the row's sum of block c (Horovod's split:
+   ``S // X`` elements, one more for the first ``S % X`` columns; a block may be empty);
+2. all-reduce along the column on that block (S/X elements);
+3. all-gather along the row: every rank holds all S elements.
+
+Bytes sent per rank: 2(X-1)/X * S*itemsize on the rows + 2(Y-1)/(XY) * S*itemsize on the columns, the
+same as one ring all-reduce, in 2(X-1) + 2(Y-1) steps instead of 2(XY-1). A phase over one rank is skipped
+(X == 1: phases 1 and 3; Y == 1: phase 2). Below a size where latency dominates one flat all-reduce of
+the same transport is faster: :class:`CallSignature` ``algorithm="flat"`` chooses it.
+
+:func:`allreduce_buffer` is the shipped algorithm. Every transport runs it unchanged:
+``horovod_torus.mpi.MpiTransport`` (mpi4py row/column communicators: the numpy API and the TensorFlow
+``mpi`` transport), ``horovod_torus.tensorflow.transports.HorovodTransport`` (Horovod ops on the row and
+column process sets: MPI, Gloo, NCCL) and :class:`horovod_torus.inprocess.InProcessTransport` (N
+simulated ranks in threads: what the unit tests run).
+"""
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from horovod_torus.scaling import scale
+from horovod_torus.signature import CallSignature
+from horovod_torus.topology import TorusTopology
+
+__all__ = ["Transport", "allreduce_buffer", "REDUCE_OPS"]
+
+#: The element-wise reductions a transport may be asked for ("sum" is all the TensorFlow layer uses).
+REDUCE_OPS = ("sum", "min", "max", "prod")
+
+
+class Transport(Protocol):
+    """How one rank moves data in the three phases. Buffers are the transport's own array type
+    (numpy arrays, or ``tf.Tensor`` for the Horovod transport), 1-D, of one dtype.
+
+    Attributes:
+        grid: the TorusTopology; ``rank``: this rank's position in it.
+    """
+
+    grid: TorusTopology
+    rank: int
+
+    def verify(self, signature: CallSignature) -> Any:
+        """Advance this transport's call number, exchange the signature words among all ranks and raise
+        :class:`horovod_torus.signature.TorusMismatchError` on every rank when they differ. Returns a
+        token for :meth:`finish` (None when the check has already run)."""
+
+    def reduce_scatter(self, buf, op: str):
+        """Phase 1 on the row: this rank's block of the row reduction (Horovod's split)."""
+
+    def allreduce(self, shard, op: str):
+        """Phase 2 on the column: the reduction of the shard over the column."""
+
+    def allgather(self, shard):
+        """Phase 3 on the row: the row's blocks concatenated in column order."""
+
+    def allreduce_flat(self, buf, op: str):
+        """One all-reduce over all ranks (the ``"flat"`` algorithm)."""
+
+    def finish(self, out, token):
+        """``out``, bound to the verification token (a control dependency in TensorFlow graphs)."""
+
+
+def allreduce_buffer(transport: Transport, buf, signature: CallSignature, prescale: float = 1.0,
+                     postscale: float = 1.0, op: str = "sum"):
+    """All-reduce one flat buffer over every rank of ``transport.grid``: the shipped algorithm.
+
+    Args:
+        transport: this rank's :class:`Transport`.
+        buf: 1-D buffer, the same length and dtype on every rank.
+        signature: what must match across ranks (checked first, on every rank).
+        prescale: factor multiplied in before the reduction (:func:`horovod_torus.scaling.prescale`).
+        postscale: factor multiplied in after it, once, on the 1/X shard (Average: includes 1/N).
+        op: element-wise reduction, one of :data:`REDUCE_OPS`.
+
+    Returns:
+        A buffer like ``buf`` holding ``postscale * op_k(prescale * buf_k)`` over the ranks k.
+
+    Raises:
+        horovod_torus.signature.TorusMismatchError: on every rank when the signatures differ.
+        ValueError: an ``op`` outside :data:`REDUCE_OPS`.
+    """
+    if op not in REDUCE_OPS:
+        raise ValueError(f"op={op!r} is not an element-wise reduction: choose one of {', '.join(REDUCE_OPS)}")
+    grid = transport.grid
+    token = transport.verify(signature)
+    if signature.elements == 0:  # checked, nothing to move
+        return transport.finish(buf, token)
+    buf = scale(buf, prescale)
+    if signature.algorithm == "flat":
+        out = transport.allreduce_flat(buf, op) if grid.size > 1 else buf
+        return transport.finish(scale(out, postscale), token)
+    shard = transport.reduce_scatter(buf, op) if grid.x > 1 else buf
+    if grid.y > 1:
+        shard = transport.allreduce(shard, op)
+    shard = scale(shard, postscale)
+    out = transport.allgather(shard) if grid.x > 1 else shard
+    return transport.finish(out, token)

@@ -1,0 +1,133 @@
+"""The one cross-rank check of every torus call: what must match on every rank, in one int64 vector.
+
+A torus all-reduce moves one flat buffer per dtype through three collectives. Nothing in MPI (and, once
+the tensors are fused, nothing in Horovod) notices when the ranks pass different things: a different
+length hangs or truncates, the same length in another shape, another op or another scale factor returns
+numbers that are silently wrong. So every call first exchanges a :class:`CallSignature` (K int64 words,
+the same encoding on every transport) among all ranks, and :func:`compare` raises
+:class:`TorusMismatchError` on every rank when any word differs, naming each field and each rank's value.
+Every rank sees the same gathered matrix, so every rank raises together, before the result is used.
+
+Fields (in this order): the per-transport call sequence number, the element count of the fused buffer,
+the dtype code, a CRC-32 of the (dtype, shape) list, the op, the bits of the float32 pre- and post-scale
+factors, the compression, the algorithm (three phases or flat), and a CRC-32 of the name.
+"""
+from __future__ import annotations
+
+import dataclasses
+import zlib
+
+import numpy as np
+
+__all__ = ["CallSignature", "TorusMismatchError", "FIELDS", "compare", "layout_crc"]
+
+FIELDS = ("call", "elements", "dtype", "shapes", "op", "prescale", "postscale", "compression", "algorithm",
+          "name")
+
+_DTYPE_CODES = {"float16": 1, "bfloat16": 2, "float32": 3, "float64": 4, "int8": 5, "uint8": 6, "int16": 7,
+                "uint16": 8, "int32": 9, "uint32": 10, "int64": 11, "uint64": 12, "bool": 13}
+_CODE_DTYPES = {v: k for k, v in _DTYPE_CODES.items()}
+_OPS = {0: "Average", 1: "Sum"}
+_ALGORITHMS = {0: "torus", 1: "flat"}
+
+
+class TorusMismatchError(ValueError):
+    """The ranks passed different tensors or arguments to the same torus call (raised on every rank).
+
+    ``fields`` names what differs; the message lists every rank's value of each differing field.
+    TensorFlow callers see it as ``tf.errors.FailedPreconditionError`` (Horovod's type for mismatched
+    collectives) with the same message.
+    """
+
+    def __init__(self, message: str = "", fields=()):
+        super().__init__(message)
+        self.fields = tuple(fields)
+
+
+def layout_crc(layout) -> int:
+    """CRC-32 of a list of (dtype name, shape tuple) pairs: tells shapes and their order apart."""
+    text = repr([(str(d), tuple(int(x) for x in s)) for d, s in layout])
+    return zlib.crc32(text.encode())
+
+
+def _float_bits(value: float) -> int:
+    return int(np.array([value], np.float32).view(np.int32)[0])
+
+
+@dataclasses.dataclass(frozen=True)
+class CallSignature:
+    """Everything about one torus call that must be equal on every rank (the call number excepted,
+    which the transport adds at run time).
+
+    Attributes:
+        elements: element count of the fused buffer.
+        dtype: dtype name of the buffer as it travels (e.g. ``"float32"``).
+        layout: tuple of (dtype name, shape) of the caller's tensors, in order.
+        op: ``"Average"`` or ``"Sum"``.
+        prescale, postscale: the caller's factors (compared as float32 bits, as Horovod passes them).
+        compression: the compression's name (``"none"``, ``"fp16"``).
+        algorithm: ``"torus"`` (three phases) or ``"flat"`` (one all-reduce).
+        name: the call's name or ``""``.
+    """
+
+    elements: int
+    dtype: str
+    layout: tuple = ()
+    op: str = "Sum"
+    prescale: float = 1.0
+    postscale: float = 1.0
+    compression: str = "none"
+    algorithm: str = "torus"
+    name: str = ""
+
+    def words(self, call: int) -> np.ndarray:
+        """The int64 vector exchanged among ranks (``len(FIELDS)`` words), with call number ``call``."""
+        return np.array([call, self.elements, _DTYPE_CODES.get(self.dtype, 99), layout_crc(self.layout),
+                         {v: k for k, v in _OPS.items()}.get(self.op, 9), _float_bits(self.prescale),
+                         _float_bits(self.postscale), zlib.crc32(self.compression.encode()),
+                         {v: k for k, v in _ALGORITHMS.items()}[self.algorithm],
+                         zlib.crc32(self.name.encode())], dtype=np.int64)
+
+
+def _show(field: str, word: int) -> str:
+    if field == "dtype":
+        return _CODE_DTYPES.get(word, str(word))
+    if field == "op":
+        return _OPS.get(word, str(word))
+    if field in ("prescale", "postscale"):
+        return repr(float(np.array([word], np.int32).view(np.float32)[0]))
+    if field == "algorithm":
+        return _ALGORITHMS.get(word, str(word))
+    if field in ("shapes", "compression", "name"):
+        return f"crc {word & 0xFFFFFFFF:08x}"
+    return str(word)
+
+
+def compare(gathered: np.ndarray, mine: CallSignature | None = None, what: str = "torus all-reduce") -> None:
+    """Raise :class:`TorusMismatchError` unless every row of ``gathered`` is equal.
+
+    Args:
+        gathered: int64 array [N, len(FIELDS)]: row r is rank r's :meth:`CallSignature.words`.
+        mine: this rank's signature (its layout is quoted in the message), optional.
+        what: the operation named in the message.
+
+    Raises:
+        TorusMismatchError: naming each differing field with every rank's value, e.g.
+            ``op: rank 0 Average, rank 1 Average, rank 2 Average, rank 3 Sum``.
+        ValueError: ``gathered`` has the wrong shape (a transport bug).
+    """
+    gathered = np.asarray(gathered).reshape(-1, len(FIELDS))
+    differ = [i for i in range(len(FIELDS)) if (gathered[:, i] != gathered[0, i]).any()]
+    if not differ:
+        return
+    lines = []
+    for i in differ:
+        values = ", ".join(f"rank {r} {_show(FIELDS[i], int(w))}" for r, w in enumerate(gathered[:, i]))
+        lines.append(f"  {FIELDS[i]}: {values}")
+    hint = ("every rank must make the same torus calls in the same order (a rank skipped or added a call)"
+            if FIELDS.index("call") in differ else
+            "every rank must pass the same shapes, dtypes, op, scale factors, compression and name, position "
+            "by position")
+    here = f"; this rank passed {list(mine.layout)[:8]}" if mine is not None and mine.layout else ""
+    raise TorusMismatchError(f"{what}: the ranks disagree on {', '.join(FIELDS[i] for i in differ)}:\n"
+                             + "\n".join(lines) + f"\n{hint}{here}", [FIELDS[i] for i in differ])

@@ -1,0 +1,127 @@
+"""The two TensorFlow transports of the torus: Horovod ops on process sets, and MPI behind one op.
+
+* :class:`HorovodTransport` implements :class:`horovod_torus.phases.Transport` with Horovod ops on the
+  row and column process sets registered at init (``hvd.reducescatter``, ``hvd.allreduce``,
+  ``hvd.allgather``): every Horovod backend (MPI and Gloo on CPU, NCCL on GPU), eager and in
+  ``tf.function``. The signature words are all-gathered on the global set (Horovod negotiates that
+  all-gather in the same cycle as phase 1; the comparison gates the result, so a mismatch raises on every
+  rank before the result is used).
+* :func:`mpi_allreduce_op` runs :func:`horovod_torus.phases.allreduce_buffer` on a
+  :class:`horovod_torus.mpi.TorusComm` inside ONE stateful ``tf.numpy_function`` (CPU tensors under
+  Horovod's MPI controller): no Horovod negotiation on the data path. Being stateful, the calls run in
+  program order inside ``tf.function`` (TensorFlow's automatic control dependencies), as MPI needs.
+
+When the ranks disagree both raise :class:`TorusMismatchTFError` eagerly: a
+``tf.errors.FailedPreconditionError`` (Horovod's type for mismatched collectives) that is also a
+:class:`horovod_torus.signature.TorusMismatchError` (a ValueError). Inside ``tf.function`` TensorFlow's
+py-function boundary keeps only the ValueError's code: there it surfaces as
+``tf.errors.InvalidArgumentError`` with the same message.
+"""
+from __future__ import annotations
+
+import horovod.tensorflow as _hvd
+import numpy as np
+import tensorflow as tf
+
+from horovod_torus.phases import allreduce_buffer
+from horovod_torus.signature import FIELDS, CallSignature, TorusMismatchError, compare
+
+__all__ = ["HorovodTransport", "mpi_allreduce_op", "as_tf_error", "TorusMismatchTFError"]
+
+
+class TorusMismatchTFError(tf.errors.FailedPreconditionError, TorusMismatchError):
+    """A cross-rank mismatch, as TensorFlow code sees it: Horovod's FailedPreconditionError, and a
+    TorusMismatchError (ValueError) with its ``fields``."""
+
+    def __init__(self, message: str, fields=()):
+        tf.errors.FailedPreconditionError.__init__(self, None, None, message)
+        self.fields = tuple(fields)
+
+
+def as_tf_error(exc: TorusMismatchError) -> TorusMismatchTFError:
+    """The TensorFlow form of a mismatch."""
+    return TorusMismatchTFError(str(exc), exc.fields)
+
+
+class HorovodTransport:
+    """:class:`horovod_torus.phases.Transport` over Horovod's row and column process sets.
+
+    Args:
+        sets: the :class:`horovod_torus.process_sets.TorusProcessSets` registered at init.
+        name: prefix of the Horovod op names (None: Horovod's automatic names).
+    """
+
+    def __init__(self, sets, counter: tf.Variable, name: str | None = None):
+        self.sets, self.grid, self.rank = sets, sets.grid, sets.rank
+        self._counter = counter
+        self._name = name
+
+    def _op_name(self, suffix):
+        return self._name and f"{self._name}_{suffix}"
+
+    def verify(self, signature: CallSignature):
+        if self.grid.size == 1:
+            return None
+        with tf.device("/cpu:0"):
+            call = self._counter.assign_add(1)
+            static = tf.constant(signature.words(0)[1:], tf.int64)
+            words = tf.concat([tf.reshape(call, [1]), static], axis=0)
+            gathered = _hvd.allgather(tf.reshape(words, [1, len(FIELDS)]), name=self._op_name("sig"))
+
+            def check(rows):
+                try:
+                    compare(rows, signature)
+                except TorusMismatchError as exc:
+                    raise as_tf_error(exc) from None
+                return np.int64(0)
+
+            return tf.numpy_function(check, [gathered], tf.int64, stateful=True, name="TorusSignatureCheck")
+
+    def reduce_scatter(self, buf, op):
+        _sum_only(op)
+        return _hvd.reducescatter(buf, op=_hvd.Sum, process_set=self.sets.row, name=self._op_name("rs"))
+
+    def allreduce(self, shard, op):
+        _sum_only(op)
+        return _hvd.allreduce(shard, op=_hvd.Sum, process_set=self.sets.column, name=self._op_name("ar"))
+
+    def allgather(self, shard):
+        return _hvd.allgather(shard, process_set=self.sets.row, name=self._op_name("ag"))
+
+    def allreduce_flat(self, buf, op):
+        _sum_only(op)
+        return _hvd.allreduce(buf, op=_hvd.Sum, name=self._op_name("flat"))
+
+    def finish(self, out, token):
+        if token is None or tf.executing_eagerly():
+            return out  # eagerly the check has already run (and raised)
+        with tf.control_dependencies([token]):
+            return tf.identity(out)
+
+
+def _sum_only(op):
+    if op != "sum":
+        raise ValueError(f"the Horovod torus transport reduces with op='sum' only, got {op!r}")
+
+
+def mpi_allreduce_op(tc, buf: tf.Tensor, signature: CallSignature, prescale: float, postscale: float):
+    """The torus all-reduce of a 1-D CPU tensor through ``tc`` (a TorusComm), as one TensorFlow op.
+
+    Args:
+        tc: :class:`horovod_torus.mpi.TorusComm` made at init.
+        buf: 1-D tensor (float16/32/64 or an integer dtype), same length on every rank.
+        signature, prescale, postscale: see :func:`horovod_torus.phases.allreduce_buffer`.
+
+    Returns:
+        A tensor like ``buf``.
+    """
+    def fn(a):
+        try:
+            return np.asarray(allreduce_buffer(tc, a, signature, prescale, postscale), dtype=a.dtype)
+        except TorusMismatchError as exc:
+            raise as_tf_error(exc) from None
+
+    with tf.device("/cpu:0"):
+        out = tf.numpy_function(fn, [buf], buf.dtype, stateful=True, name="TorusAllreduceMPI")
+    out.set_shape(buf.shape)
+    return out

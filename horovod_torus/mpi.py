@@ -30,6 +30,12 @@ Example (``mpirun -np 4 python -c ...``)::
 """
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
+import threading
+import time
+
 import numpy as np
 from mpi4py import MPI
 from mpi4py.util.dtlib import from_numpy_dtype
@@ -65,12 +71,16 @@ class TorusComm:
         row: communicator of this rank's row (X ranks, ordered by column).
         column: communicator of this rank's column (Y ranks, ordered by row).
         calls: torus calls made so far (the ``call`` word of every signature).
+        deadline: seconds a call may wait in MPI before the job is aborted (None: forever); see :meth:`watch`.
     """
 
     def __init__(self, comm: MPI.Comm, grid: TorusTopology, row: MPI.Comm, column: MPI.Comm):
         self.comm, self.grid, self.row, self.column = comm, grid, row, column
         self.rank = comm.Get_rank()
         self.calls = 0
+        self.deadline: float | None = _env_deadline()
+        self._busy: tuple | None = None  # (start time, call number) while a call is in MPI
+        self._watchdog: threading.Thread | None = None
         self._workspace: dict = {}
         self._pending = None  # (length, out, block view) of the last reduce-scatter, for allgather
 
@@ -113,6 +123,32 @@ class TorusComm:
 
     def __exit__(self, *exc) -> None:
         self.free()
+
+    @contextlib.contextmanager
+    def watch(self):
+        """Run one call under the deadline: MPI calls made outside Horovod never time out, so a rank that
+        skipped a call or died would leave the others blocked forever. When :attr:`deadline` (seconds;
+        ``HOROVOD_STALL_SHUTDOWN_TIME_SECONDS`` by default, the time ``init`` gives Horovod) passes with
+        the call still in MPI, a watchdog thread prints which call waited and aborts the job
+        (``MPI_Abort``: every rank exits non-zero; checkpoints already written stay intact)."""
+        if self.deadline and self._watchdog is None:
+            self._watchdog = threading.Thread(target=self._watch_loop, name="torus-watchdog", daemon=True)
+            self._watchdog.start()
+        self._busy = (time.monotonic(), self.calls + 1)
+        try:
+            yield
+        finally:
+            self._busy = None
+
+    def _watch_loop(self):
+        while True:
+            time.sleep(min(1.0, self.deadline / 4))
+            busy = self._busy
+            if busy is not None and time.monotonic() - busy[0] > self.deadline:
+                print(f"horovod_torus: rank {self.rank}: torus all-reduce call {busy[1]} on grid {self.grid} has "
+                      f"waited {self.deadline:.0f} s for the other ranks (a rank skipped this call, stopped, "
+                      f"or died): aborting the job (MPI_Abort)", file=sys.stderr, flush=True)
+                MPI.COMM_WORLD.Abort(1)
 
     def shard_buffer(self, count: int, dtype, slot: int = 2) -> np.ndarray:
         """A reusable scratch array of ``count`` elements (never returned to callers), so repeated
@@ -192,6 +228,14 @@ _UFUNCS = {"sum": np.add, "min": np.minimum, "max": np.maximum, "prod": np.multi
 _OP_NAMES = {"sum": "Sum", "min": "Min", "max": "Max", "prod": "Product"}
 
 
+def _env_deadline() -> float | None:
+    value = os.environ.get("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "").strip()
+    try:
+        return float(value) if value and float(value) > 0 else None
+    except ValueError:
+        return None
+
+
 def _op_name(op) -> str:
     for name, mpi_op in _MPI_OPS.items():
         if op == mpi_op:
@@ -246,7 +290,8 @@ def torus_allreduce(comm, sendbuf, recvbuf=None, op=MPI.SUM, grid=None):
 def _run(tc: TorusComm, send: np.ndarray, recvbuf, opname: str):
     signature = CallSignature(elements=send.size, dtype=send.dtype.name,
                               layout=((send.dtype.name, send.shape),), op=_OP_NAMES[opname])
-    out = allreduce_buffer(tc, send.reshape(-1), signature, op=opname)
+    with tc.watch():
+        out = allreduce_buffer(tc, send.reshape(-1), signature, op=opname)
     if np.shares_memory(out, send):  # one rank: nothing moved, the result must not alias the input
         out = out.copy()
     if recvbuf is None:

@@ -14,7 +14,8 @@ from horovod.tensorflow import (  # noqa: F401  (re-exported: the names Horovod 
 # (for strategy="ring"; the torus itself does Sum/Average), topology queries, build/controller queries,
 # the object and other collectives, and the timeline.
 from horovod.tensorflow import (  # noqa: F401
-    Adasum, Max, Min, Product, add_process_set, allgather_object, alltoall, broadcast_object,
+    Adasum, Max, Min, Product, add_process_set, allgather_object, alltoall, broadcast_, broadcast_object,
+    local_rank_op, local_size_op, rank_op, size_op,
     ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled, grouped_allgather,
     grouped_reducescatter, is_homogeneous, join, mpi_built, mpi_enabled, mpi_threads_supported, nccl_built,
     reducescatter, remove_process_set, rocm_built, start_timeline, stop_timeline,

@@ -156,9 +156,9 @@ def _mpi_comm(comm):
         from mpi4py import MPI
 
         return MPI.COMM_WORLD
-    from mpi4py import MPI
-
     if isinstance(comm, (list, tuple)):
+        from mpi4py import MPI
+
         world = MPI.COMM_WORLD
         ranks = [int(r) for r in comm]
         if world.Get_rank() not in ranks:
@@ -168,7 +168,7 @@ def _mpi_comm(comm):
         sub = world.Create_group(group)
         group.Free()
         return sub
-    if isinstance(comm, MPI.Comm):
+    if hasattr(comm, "Get_size") and hasattr(comm, "Split_type"):  # an mpi4py intra-communicator
         return comm
     raise TypeError(f"comm={comm!r} must be None, an mpi4py communicator or a list of ranks (Horovod's "
                     f"init(comm=None, process_sets=None)); the grid is keyword-only: init(grid='2x2')")

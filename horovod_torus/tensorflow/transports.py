@@ -117,7 +117,8 @@ def mpi_allreduce_op(tc, buf: tf.Tensor, signature: CallSignature, prescale: flo
     """
     def fn(a):
         try:
-            return np.asarray(allreduce_buffer(tc, a, signature, prescale, postscale), dtype=a.dtype)
+            with tc.watch():
+                return np.asarray(allreduce_buffer(tc, a, signature, prescale, postscale), dtype=a.dtype)
         except TorusMismatchError as exc:
             raise as_tf_error(exc) from None
 

@@ -102,3 +102,17 @@ def test_horovod_parameter_order_and_defaults_are_kept():
         b = [(p.name, p.default) for p in inspect.signature(stock).parameters.values()
              if p.kind != p.KEYWORD_ONLY and p.name not in ("args", "kwargs", "self")]
         assert a == b, ours
+
+
+def test_jit_compile_is_refused_before_the_first_step_with_the_fix():
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    model.compile(optimizer=khvd.DistributedOptimizer(keras.optimizers.SGD(0.1), strategy=Recording()),
+                  loss="mse", jit_compile=True)
+    with pytest.raises(ValueError, match=r"jit_compile=False"):
+        model.fit(np.ones((4, 3), "float32"), np.ones((4, 2), "float32"), batch_size=4, verbose=0)
+
+
+def test_horovod_helper_names_are_re_exported():
+    import horovod.tensorflow as stock_tf
+    for name in ("rank_op", "size_op", "local_rank_op", "local_size_op", "broadcast_"):
+        assert getattr(hvd, name) is getattr(stock_tf, name)

@@ -41,6 +41,7 @@ class _DistributedOptimizerMixin:
                                                   name="hvd_backward_passes")
 
     def apply(self, grads, trainable_variables=None):
+        _refuse_xla()
         grads = list(grads)
         if not grads:
             return super().apply(grads, trainable_variables)
@@ -85,6 +86,16 @@ class _DistributedOptimizerMixin:
             return tf.constant(False)
 
         return tf.cond(tf.equal(tf.math.floormod(count, passes), 0), update, skip)
+
+
+def _refuse_xla() -> None:
+    """Horovod's and the torus' collectives have no XLA kernels: fail at trace time, naming the fix."""
+    from tensorflow.python.ops import control_flow_util
+
+    if not tf.executing_eagerly() and control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()):
+        raise ValueError("DistributedOptimizer cannot run inside an XLA-compiled step (Horovod's collectives "
+                         "have no XLA kernels): compile the model with model.compile(..., jit_compile=False) "
+                         "(Keras 3's default jit_compile='auto' picks XLA when TensorFlow sees a GPU)")
 
 
 def is_distributed_optimizer(optimizer) -> bool:

@@ -154,6 +154,19 @@ def _mpi_runner(reduce, count, dtype, rank, nranks):
     return step, lambda: None, lambda: recv
 
 
+def algorithm_of(strategy: str, nbytes: int) -> str:
+    """What a strategy runs for a buffer of ``nbytes``: the torus' own choice for torus strategies."""
+    if strategy in ("ring", "mpi"):
+        return strategy
+    if strategy == "mpi-torus":
+        return "torus"
+    if strategy == "torus" or strategy.startswith("torus:"):
+        from horovod_torus.tensorflow.runtime import torus
+
+        return torus().algorithm(nbytes)
+    return ""
+
+
 def run_strategy(strategy: str, config: BenchConfig, control, *, comm=None, on_row=None) -> list[Row]:
     """Every size of ``config`` for one strategy. Collective: every rank calls it with the same args.
 
@@ -182,7 +195,8 @@ def run_strategy(strategy: str, config: BenchConfig, control, *, comm=None, on_r
         wrong = count_wrong(result(), expected_sum(count, nranks, config.dtype)) if config.check else -1
         gathered = control.gather([seconds, wrong])
         total_wrong = None if not config.check else int(gathered[:, 1].sum())
-        row = Row.from_times(strategy, count, config.dtype, gathered[:, 0], total_wrong)
+        row = Row.from_times(strategy, count, config.dtype, gathered[:, 0], total_wrong,
+                             algorithm=algorithm_of(strategy, count * DTYPES[config.dtype]))
         rows.append(row)
         if on_row is not None:
             on_row(row)

@@ -43,7 +43,7 @@ def check_names(names) -> None:
         except (ValueError, TypeError):
             bad.append(n)
     if bad or not names:
-        raise ValueError(f"strategies {' '.join(bad) or '(none)'} unknown: choose among "
+        raise ValueError(f"--strategies {' '.join(bad) or '(none)'} unknown: choose among "
                          f"{' '.join(known_strategies())} (register yours with --strategy-module MODULE)")
 
 

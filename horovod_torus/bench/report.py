@@ -124,6 +124,8 @@ class Row:
         time_us: {"min", "avg", "max"} over ranks of the per-iteration time, microseconds.
         algbw_gbps, busbw_gbps: from time_us["avg"] (see the module docstring).
         wrong: elements that differ from the exact expected sum, summed over ranks; None if unchecked.
+        algorithm: what ran: ``torus`` (three phases), ``flat`` (one all-reduce of the torus' transport,
+            below its ``min_torus_bytes``), ``ring`` (Horovod), ``mpi`` (MPI_Allreduce), or ``""``.
     """
 
     strategy: str
@@ -134,9 +136,10 @@ class Row:
     algbw_gbps: float
     busbw_gbps: float
     wrong: int | None
+    algorithm: str = ""
 
     @classmethod
-    def from_times(cls, strategy, count, dtype, per_rank_seconds, wrong) -> "Row":
+    def from_times(cls, strategy, count, dtype, per_rank_seconds, wrong, algorithm: str = "") -> "Row":
         """Build a row from every rank's per-iteration time (seconds); world size = len(times)."""
         size = count * DTYPES[dtype]
         times = summarize_times(per_rank_seconds)
@@ -144,20 +147,20 @@ class Row:
         n = len(per_rank_seconds)
         return cls(strategy=strategy, size_bytes=size, count=count, dtype=dtype, time_us=times,
                    algbw_gbps=algbw_gbps(size, avg_s), busbw_gbps=busbw_gbps(size, avg_s, n),
-                   wrong=None if wrong is None else int(wrong))
+                   wrong=None if wrong is None else int(wrong), algorithm=algorithm)
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
 
 
 _HEADER = (f"{'strategy':>10} {'size(B)':>12} {'count':>11} {'type':>8} {'redop':>5} "
-           f"{'min(us)':>11} {'avg(us)':>11} {'max(us)':>11} {'algbw':>8} {'busbw':>8} {'#wrong':>7}")
+           f"{'min(us)':>11} {'avg(us)':>11} {'max(us)':>11} {'algbw':>8} {'busbw':>8} {'#wrong':>7} {'algo':>6}")
 
 
 def format_header() -> str:
     """The two header lines of the table (time in us, bandwidths in GB/s)."""
     units = (f"{'':>10} {'':>12} {'':>11} {'':>8} {'':>5} {'':>11} {'':>11} {'':>11} "
-             f"{'(GB/s)':>8} {'(GB/s)':>8} {'':>7}")
+             f"{'(GB/s)':>8} {'(GB/s)':>8} {'':>7} {'':>6}")
     return "#" + _HEADER[1:] + "\n#" + units[1:].rstrip()
 
 
@@ -167,7 +170,7 @@ def format_row(row: Row) -> str:
     wrong = "N/A" if row.wrong is None else str(row.wrong)
     return (f"{row.strategy:>10} {row.size_bytes:>12} {row.count:>11} {row.dtype:>8} {'sum':>5} "
             f"{t['min']:>11.1f} {t['avg']:>11.1f} {t['max']:>11.1f} {row.algbw_gbps:>8.3f} "
-            f"{row.busbw_gbps:>8.3f} {wrong:>7}")
+            f"{row.busbw_gbps:>8.3f} {wrong:>7} {row.algorithm or '-':>6}")
 
 
 def format_table(rows) -> str:

@@ -46,7 +46,8 @@ def init(comm=None, process_sets=None, *, grid=None, backend=None, min_torus_byt
             tensors, MPI controller only) or ``"auto"`` (None: ``HOROVOD_TORUS_BACKEND``, else auto):
             "mpi" when Horovod runs the MPI controller and no GPU is visible, else "horovod".
         min_torus_bytes: fused buffers below this many bytes take one flat all-reduce of the same
-            transport instead of the three phases (None: ``HOROVOD_TORUS_MIN_BYTES``, else 0).
+            transport instead of the three phases; ``"auto"`` measures both at init (a few seconds,
+            :meth:`TorusAllreduce.calibrate`); None: ``HOROVOD_TORUS_MIN_BYTES``, else 0 (always the torus).
         stall_shutdown_seconds: when HOROVOD_STALL_SHUTDOWN_TIME_SECONDS is unset, Horovod shuts down
             (raising on every rank) after a collective waited this long; None keeps Horovod's default
             (warn every 60 s, never shut down).
@@ -97,7 +98,9 @@ def init(comm=None, process_sets=None, *, grid=None, backend=None, min_torus_byt
         from horovod_torus.mpi import TorusComm
 
         torus_comm = TorusComm.create(mpi_comm, the_grid)
-    _current["torus"] = TorusAllreduce(sets, transport, torus_comm, min_bytes)
+    _current["torus"] = TorusAllreduce(sets, transport, torus_comm, 0 if min_bytes == "auto" else min_bytes)
+    if min_bytes == "auto":
+        _current["torus"].calibrate()
     return _current["torus"]
 
 
@@ -123,12 +126,15 @@ def _check_min_bytes(value):
     source = "min_torus_bytes"
     if value is None:
         source, value = MIN_BYTES_ENV, os.environ.get(MIN_BYTES_ENV, "").strip() or "0"
+    if value == "auto":
+        return value
     try:
         number = int(value)
     except (TypeError, ValueError):
         number = -1
     if number < 0 or isinstance(value, bool):
-        raise ValueError(f"{source}={value!r} must be an integer number of bytes >= 0 (0: always the torus)")
+        raise ValueError(f"{source}={value!r} must be 'auto' or an integer number of bytes >= 0 (0: always "
+                         f"the torus)")
     return number
 
 

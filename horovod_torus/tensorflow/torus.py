@@ -110,6 +110,56 @@ class TorusAllreduce:
         return (f"TorusAllreduce(grid={self.grid}, rank={self.rank}, transport={self.transport!r}, "
                 f"min_torus_bytes={self.min_torus_bytes})")
 
+    def algorithm(self, nbytes: int) -> str:
+        """``"flat"`` for a fused buffer of ``nbytes`` bytes below :attr:`min_torus_bytes`, else ``"torus"``."""
+        return "flat" if nbytes < self.min_torus_bytes else "torus"
+
+    def calibrate(self, sizes=tuple(4096 * 4 ** k for k in range(7)), iters: int = 3) -> int:
+        """Measure the three phases against one flat all-reduce of the default transport and set
+        :attr:`min_torus_bytes` to the smallest measured size from which the torus is never slower
+        (``2**62``, i.e. always flat, when it loses at the largest size). Collective: every rank calls it;
+        the medians summed over the ranks decide, so every rank sets the same value.
+
+        Args:
+            sizes: buffer sizes in bytes (float32), ascending (default 4 KiB .. 16 MiB, x4).
+            iters: timed calls per size and algorithm (median taken), after one warm-up call each.
+
+        Returns:
+            The new ``min_torus_bytes``.
+        """
+        import time
+
+        import numpy as np
+
+        medians = []
+        for nbytes in sizes:
+            buf = tf.ones([max(1, nbytes // 4)], tf.float32)
+            pair = []
+            for algorithm in ("flat", "torus"):
+                saved = self.min_torus_bytes
+                self.min_torus_bytes = 2 ** 62 if algorithm == "flat" else 0
+                try:
+                    times = []
+                    for i in range(iters + 1):
+                        start = time.perf_counter()
+                        self([buf], Sum)[0].numpy()
+                        times.append(time.perf_counter() - start)
+                finally:
+                    self.min_torus_bytes = saved
+                pair.append(float(np.median(times[1:])))
+            medians.append(pair)
+        self.min_torus_bytes = 0
+        # every rank decides on the sum over ranks of the medians: the same numbers, so the same choice
+        summed = self([tf.constant(medians, tf.float64)], Sum)[0]
+        wins = [t <= f for f, t in summed.numpy().tolist()]
+        crossover = 2 ** 62
+        for nbytes, win in zip(reversed(sizes), reversed(wins)):
+            if not win:
+                break
+            crossover = nbytes
+        self.min_torus_bytes = int(crossover)
+        return self.min_torus_bytes
+
     def strategy(self, transport: str | None = None):
         """A strategy callable (the registry's contract) bound to ``transport`` (None: the default)."""
         if transport is not None and transport not in TRANSPORTS:
@@ -187,7 +237,7 @@ class TorusAllreduce:
         for g in groups:
             narrow = [i for i in g.indices if own[i] in NARROW_INTEGERS]
             members = [compressed[i] for i in g.indices]
-            algorithm = "flat" if g.total * members[0].dtype.size < self.min_torus_bytes else "torus"
+            algorithm = self.algorithm(g.total * members[0].dtype.size)
             signature = CallSignature(elements=g.total, dtype=g.dtype, layout=layout, op=_op_label(op),
                                       prescale=prescale, postscale=postscale,
                                       compression=getattr(compression, "__name__", type(compression).__name__),

@@ -45,7 +45,7 @@ def test_algbw_busbw_definitions():
 
 
 def test_row_from_per_rank_times():
-    row = Row.from_times("torus", 2 ** 18, "float32", [1e-3, 2e-3, 3e-3, 2e-3], 0)
+    row = Row.from_times("torus", 2 ** 18, "float32", [1e-3, 2e-3, 3e-3, 2e-3], 0, algorithm="flat")
     assert row.size_bytes == 2 ** 20
     assert row.time_us == pytest.approx({"min": 1000.0, "avg": 2000.0, "max": 3000.0})
     assert row.algbw_gbps == pytest.approx(2 ** 20 / 2e-3 / 1e9)
@@ -65,7 +65,7 @@ def test_json_document_keys(tmp_path):
     back = json.loads(path.read_text())
     assert set(back) >= {"world_size", "grid", "host", "rows"}
     assert set(back["rows"][0]) == {"strategy", "size_bytes", "count", "dtype", "time_us", "algbw_gbps",
-                                    "busbw_gbps", "wrong"}
+                                    "busbw_gbps", "wrong", "algorithm"}
     assert back["rows"][0]["time_us"] == pytest.approx({"min": 10.0, "avg": 20.0, "max": 30.0})
     assert list(tmp_path.joinpath("sub").iterdir()) == [path]  # no temporary file left behind
 

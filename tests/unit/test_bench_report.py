@@ -52,7 +52,7 @@ def test_row_from_per_rank_times():
     assert row.busbw_gbps == pytest.approx(row.algbw_gbps * 1.5)
     line = format_row(row)
     assert line.split() == ["torus", "1048576", "262144", "float32", "sum", "1000.0", "2000.0", "3000.0",
-                            f"{row.algbw_gbps:.3f}", f"{row.busbw_gbps:.3f}", "0"]
+                            f"{row.algbw_gbps:.3f}", f"{row.busbw_gbps:.3f}", "0", "flat"]
     assert "N/A" in format_row(Row.from_times("mpi", 1, "float64", [1e-6], None))
     assert format_table([row]).count("\n") == 2
 

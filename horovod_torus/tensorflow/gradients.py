@@ -2,7 +2,10 @@
 
 One :class:`GradientReducer` per optimizer/tape. Per step, :meth:`GradientReducer.__call__`:
 
-1. keeps ``None`` gradients (frozen or unused variables) as ``None``, untouched and unreduced;
+1. keeps ``None`` gradients (frozen or unused variables) as ``None``, untouched and unreduced; which
+   gradients are present is part of each call's name, so a gradient that is None on SOME ranks only
+   raises ``tf.errors.FailedPreconditionError`` (InvalidArgumentError inside ``tf.function``) on every
+   rank with the torus strategies (the name differs), instead of a silently wrong sum;
 2. converts ``tf.IndexedSlices`` to dense tensors when ``sparse_as_dense``; otherwise reduces them on the
    sparse path: an all-gather of values and indices over all ranks (the represented dense tensors are
    summed, as Horovod does), scaled like the dense path;
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import zlib
 
 import horovod.tensorflow as _hvd
 import tensorflow as tf
@@ -169,9 +173,9 @@ class GradientReducer:
             dense.append(i)
         with tf.name_scope(o.name + "_Allreduce"):
             with _device(o.device_dense):
-                for idx in self._split(dense, variables):
-                    reduced = self.strategy([out[i] for i in idx], o.op, None, o.compression, o.prescale,
-                                            o.postscale)
+                for k, idx in enumerate(self._split(dense, variables)):
+                    reduced = self.strategy([out[i] for i in idx], o.op, _call_name(o.name, k, idx, len(grads)),
+                                            o.compression, o.prescale, o.postscale)
                     if len(reduced) != len(idx):
                         raise RuntimeError(f"strategy {o.strategy_name!r} returned {len(reduced)} "
                                            f"tensors for {len(idx)} inputs")
@@ -198,6 +202,14 @@ class GradientReducer:
                 chunks.append(sorted(chunk))
         chunks.extend([i] for i in sorted(pos.values()))
         return chunks
+
+
+def _call_name(prefix: str, k: int, idx, n: int) -> str:
+    """The strategy call's name: which of the n gradients it carries, as a CRC-32. The torus compares names
+    across ranks, so gradients that are None on some ranks only (a layer one rank's loss does not use)
+    raise on every rank instead of summing one layer's gradient into another's of the same shape."""
+    present = bytes(1 if i in set(idx) else 0 for i in range(n))
+    return f"{prefix}.{k}.{zlib.crc32(present):08x}"
 
 
 def _scale(g, factor):

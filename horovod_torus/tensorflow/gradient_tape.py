@@ -38,7 +38,7 @@ class _DistributedGradientTape(tf.GradientTape):
 def DistributedGradientTape(gradtape, device_dense='', device_sparse='', compression=_hvd.Compression.none,
                             sparse_as_dense=False, op=_hvd.Average, gradient_predivide_factor=1.0,
                             num_groups=0, groups=None, process_set=_hvd.global_process_set,
-                            scale_local_gradients=True, *, strategy=DEFAULT_STRATEGY):
+                            scale_local_gradients=True, *, strategy=DEFAULT_STRATEGY, bucket_bytes=None):
     """Wrap a ``tf.GradientTape`` so that ``gradient()`` all-reduces (through the torus by default).
 
     Same parameters, order and defaults as ``horovod.tensorflow.DistributedGradientTape`` (0.28.1);
@@ -67,6 +67,7 @@ def DistributedGradientTape(gradtape, device_dense='', device_sparse='', compres
         strategy=strategy, op=op, compression=compression, sparse_as_dense=bool(sparse_as_dense),
         gradient_predivide_factor=gradient_predivide_factor, groups=normalize_groups(groups, num_groups),
         device_dense=device_dense, device_sparse=device_sparse, scale_local_gradients=scale_local_gradients,
+        bucket_bytes=bucket_bytes,
         name="DistributedGradientTape"))
     base = type(gradtape)
     cls = type(base.__name__, (_DistributedGradientTape, base), {})

@@ -116,3 +116,15 @@ def test_horovod_helper_names_are_re_exported():
     import horovod.tensorflow as stock_tf
     for name in ("rank_op", "size_op", "local_rank_op", "local_size_op", "broadcast_"):
         assert getattr(hvd, name) is getattr(stock_tf, name)
+
+
+def test_buckets_cut_in_reverse_order_by_bytes():
+    rec = Recording()
+    vs = [tf.Variable(tf.ones([n])) for n in (4, 4, 2, 8)]          # 16, 16, 8, 32 bytes
+    grads = [tf.ones([n]) for n in (4, 4, 2, 8)]
+    GradientReducer(ReductionOptions(strategy=rec, bucket_bytes=24))(grads, vs)
+    assert [c["shapes"] for c in rec.calls] == [[(8,)], [(2,), (4,)], [(4,)]]   # 32 | 8+16 | 16
+    with pytest.raises(ValueError, match="not both"):
+        ReductionOptions(strategy=rec, groups=2, bucket_bytes=8)
+    with pytest.raises(ValueError, match="bucket_bytes=0"):
+        ReductionOptions(strategy=rec, bucket_bytes=0)

@@ -108,7 +108,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense='', device_sparse=''
                          gradient_predivide_factor=1.0, op=Average, backward_passes_per_step=1,
                          average_aggregated_gradients=False, num_groups=0, groups=None,
                          process_set=_hvd.global_process_set, scale_local_gradients=True, *,
-                         strategy=DEFAULT_STRATEGY):
+                         strategy=DEFAULT_STRATEGY, bucket_bytes=None):
     """Wrap a Keras 3 optimizer so that gradients are all-reduced (through the torus by default).
 
     Same parameters, order and defaults as ``horovod.tensorflow.keras.DistributedOptimizer`` (0.28.1);
@@ -138,6 +138,9 @@ def DistributedOptimizer(optimizer, name=None, device_dense='', device_sparse=''
         scale_local_gradients: divide gradients of variables registered with ``register_local_var`` by N.
         strategy: keyword-only; a registered strategy name (``"torus"``, ``"ring"``, yours) or a strategy
             callable (see :mod:`horovod_torus.strategies`).
+        bucket_bytes: keyword-only; None (one call per step) or B: reduce in buckets of >= B bytes in
+            reverse layer order, so communication can overlap the backward pass
+            (:class:`horovod_torus.tensorflow.gradients.ReductionOptions`).
 
     Returns:
         An optimizer of a subclass of ``type(optimizer)`` with the same config.
@@ -170,6 +173,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense='', device_sparse=''
         strategy=strategy, op=op, compression=compression, sparse_as_dense=bool(sparse_as_dense),
         gradient_predivide_factor=gradient_predivide_factor, groups=normalize_groups(groups, num_groups),
         device_dense=device_dense, device_sparse=device_sparse, scale_local_gradients=scale_local_gradients,
+        bucket_bytes=bucket_bytes,
         name=name or f"Distributed{type(optimizer).__name__}"))
     base = type(optimizer)
     cls = type(base.__name__, (_DistributedOptimizerMixin, base),

@@ -66,6 +66,7 @@ class TrainBenchConfig:
         grid: ``"XxY"`` or None (horovod_torus' default grid).
         torus_backend: ``auto``/``horovod``/``mpi`` or None (``horovod_torus.tensorflow.init(backend=...)``).
         seed: weight/data seed (same weights on every rank; data differs per rank).
+        bucket_bytes: None (one reduction per step) or the DistributedOptimizer's ``bucket_bytes``.
     """
 
     strategy: str = "torus"
@@ -79,6 +80,7 @@ class TrainBenchConfig:
     grid: str | None = None
     torus_backend: str | None = None
     seed: int = 0
+    bucket_bytes: int | None = None
 
     def __post_init__(self):
         if self.model not in MODELS:
@@ -118,13 +120,19 @@ class TrainResult:
     sync_share: float
     replicas_in_sync: bool
     peak_rss_bytes: int = 0
+    local_step_time_s: dict | None = None
+    exposed_sync_s: float | None = None
+    bucket_bytes: int | None = None
 
     @classmethod
     def from_times(cls, config, world_size, grid, parameters, grad_tensors, grad_bytes, step_times, sync_times,
-                   replicas_in_sync, peak_rss_bytes=0):
+                   replicas_in_sync, peak_rss_bytes=0, local_step_times=None):
         """Build from every rank's step time and isolated sync time (seconds); ``peak_rss_bytes`` is the
-        largest peak resident set size over the ranks (bytes, getrusage ru_maxrss)."""
+        largest peak resident set size over the ranks (bytes, getrusage ru_maxrss); ``local_step_times``:
+        every rank's time of the same step without any reduction (exposed sync = step - local step)."""
         step = {k: v / 1e6 for k, v in summarize_times(step_times).items()}
+        local = None if local_step_times is None else {
+            k: v / 1e6 for k, v in summarize_times(local_step_times).items()}
         sync = {k: v / 1e6 for k, v in summarize_times(sync_times).items()}
         ips = throughput(config.batch_size * world_size, step["avg"])
         return cls(strategy=config.strategy, model=config.model, world_size=world_size, grid=grid, per_rank_batch=config.batch_size,
@@ -132,7 +140,9 @@ class TrainResult:
                    parameters=parameters, gradient_tensors=grad_tensors, gradient_bytes=grad_bytes,
                    step_time_s=step, sync_time_s=sync, images_per_s=ips, images_per_s_per_rank=ips / world_size,
                    sync_share=sync["avg"] / step["avg"], replicas_in_sync=bool(replicas_in_sync),
-                   peak_rss_bytes=int(peak_rss_bytes))
+                   peak_rss_bytes=int(peak_rss_bytes), local_step_time_s=local,
+                   exposed_sync_s=None if local is None else step["avg"] - local["avg"],
+                   bucket_bytes=config.bucket_bytes)
 
     def table(self) -> str:
         s, g = self.step_time_s, self.sync_time_s
@@ -147,7 +157,10 @@ class TrainResult:
             f"images/s: {self.images_per_s:.2f} total, {self.images_per_s_per_rank:.2f} per rank; "
             f"gradient sync share of step time: {self.sync_share:.1%}; weights identical on every rank after "
             f"training: {'yes' if self.replicas_in_sync else 'NO'}",
-            f"peak resident memory (max over ranks): {self.peak_rss_bytes / 2**20:.0f} MiB"])
+            f"peak resident memory (max over ranks): {self.peak_rss_bytes / 2**20:.0f} MiB"]
+            + ([f"step without any reduction (ms, avg): {self.local_step_time_s['avg'] * 1e3:.1f}; exposed "
+                f"(non-overlapped) sync: {self.exposed_sync_s * 1e3:.1f} ms; buckets: "
+                f"{self.bucket_bytes or 'one reduction per step'}"] if self.local_step_time_s else []))
 
 
 def _wait(out):
@@ -179,38 +192,52 @@ def run(config: TrainBenchConfig):
     reduce = tf_reduce_fn(config.strategy)
     keras.utils.set_random_seed(config.seed)  # identical initial weights on every rank
     model = build_model(config.model, config.image_size, config.classes)
-    optimizer = keras.optimizers.SGD(learning_rate=0.01, momentum=0.9)
+    local_model = keras.models.clone_model(model)  # the same step without any reduction (exposed sync)
+    local_model.set_weights(model.get_weights())
+    from horovod_torus.tensorflow.keras import DistributedOptimizer
+
+    # the optimizer path that fit() uses: Optimizer.apply -> GradientReducer -> strategy
+    optimizer = DistributedOptimizer(keras.optimizers.SGD(learning_rate=0.01, momentum=0.9),
+                                     strategy=config.strategy, bucket_bytes=config.bucket_bytes)
+    local_optimizer = keras.optimizers.SGD(learning_rate=0.01, momentum=0.9)
     loss_fn = keras.losses.SparseCategoricalCrossentropy()
     variables = model.trainable_variables
     optimizer.build(variables)
+    local_optimizer.build(local_model.trainable_variables)
     gen = tf.random.Generator.from_seed(config.seed + 1 + hvd.rank())
     images = gen.uniform([config.batch_size, config.image_size, config.image_size, 3])
     labels = gen.uniform([config.batch_size], maxval=config.classes, dtype=tf.int32)
 
-    def gradients():
+    def gradients(m=model):
         with tf.GradientTape() as tape:
-            loss = loss_fn(labels, model(images, training=True))
-        return loss, tape.gradient(loss, variables)
+            loss = loss_fn(labels, m(images, training=True))
+        return loss, tape.gradient(loss, m.trainable_variables)
 
     @tf.function
     def train_step():
         loss, grads = gradients()
-        grads = reduce(grads, op=hvd.Average, name="grads")
-        optimizer.apply_gradients(zip(grads, variables))
+        optimizer.apply(grads, variables)
         return loss
 
+    @tf.function
+    def local_step():
+        loss, grads = gradients(local_model)
+        local_optimizer.apply(grads, local_model.trainable_variables)
+        return loss
+
+    local_s = _timed(local_step, config.steps, config.warmup_steps, control.barrier)
     step_s = _timed(train_step, config.steps, config.warmup_steps, control.barrier)
     grads = tf.function(gradients)()[1]
     sync_fn = tf.function(lambda: reduce(grads, op=hvd.Average, name="sync"))  # every output is fetched
     sync_s = _timed(sync_fn, config.sync_iters, 1, control.barrier)
     checksum = float(sum(tf.reduce_sum(tf.cast(tf.abs(v), tf.float64)) for v in variables))
     peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
-    gathered = control.gather([step_s, sync_s, checksum, peak_rss])
+    gathered = control.gather([step_s, sync_s, checksum, peak_rss, local_s])
     grad_bytes = sum(int(g.shape.num_elements()) * g.dtype.size for g in grads)
     params = sum(int(np.prod(v.shape)) for v in variables)
     result = TrainResult.from_times(config, control.size, str(hvd.grid()), params, len(grads), grad_bytes,
                                     gathered[:, 0], gathered[:, 1], bool((gathered[:, 2] == gathered[0, 2]).all()),
-                                    gathered[:, 3].max())
+                                    gathered[:, 3].max(), gathered[:, 4])
     from horovod_torus.tensorflow.runtime import backend
 
     host = host_facts(control, launcher="mpi" if mpi_launched() else "gloo", extra={"torus_backend": backend()})
@@ -235,6 +262,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grid", default=None, help="torus grid XxY")
     p.add_argument("--torus-backend", default=None, choices=("auto", "horovod", "mpi"),
                    help="data path of the torus strategy (default: HOROVOD_TORUS_BACKEND, else auto)")
+    p.add_argument("--bucket-bytes", type=int, default=None, metavar="B",
+                   help="reduce in buckets of >= B bytes, reverse layer order (default: one reduction per step)")
     p.add_argument("--json", default=None, metavar="FILE")
     return p
 
@@ -246,7 +275,7 @@ def main(argv=None) -> int:
         config = TrainBenchConfig(strategy=args.strategy, model=args.model, batch_size=args.batch_size, image_size=args.image_size,
                                   classes=args.classes, steps=args.steps, warmup_steps=args.warmup_steps,
                                   sync_iters=args.sync_iters, grid=args.grid,
-                                  torus_backend=args.torus_backend)
+                                  torus_backend=args.torus_backend, bucket_bytes=args.bucket_bytes)
     except (ValueError, ImportError) as e:
         print(f"horovod_torus.bench.train: error: {e}", file=sys.stderr)
         return 2

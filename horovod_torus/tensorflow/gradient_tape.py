@@ -5,8 +5,7 @@ import horovod.tensorflow as _hvd
 import tensorflow as tf
 
 from horovod_torus.strategies.registry import DEFAULT_STRATEGY
-from horovod_torus.tensorflow.gradients import GradientReducer, ReductionOptions, normalize_groups
-from horovod_torus.tensorflow.reductions import check_process_set
+from horovod_torus.tensorflow.gradients import GradientReducer
 
 __all__ = ["DistributedGradientTape"]
 
@@ -62,13 +61,11 @@ def DistributedGradientTape(gradtape, device_dense='', device_sparse='', compres
                         f"({type(gradtape).__name__})")
     if isinstance(gradtape, _DistributedGradientTape):
         raise ValueError("this tape is already a DistributedGradientTape; wrap it once")
-    check_process_set(process_set)
-    reducer = GradientReducer(ReductionOptions(
-        strategy=strategy, op=op, compression=compression, sparse_as_dense=bool(sparse_as_dense),
-        gradient_predivide_factor=gradient_predivide_factor, groups=normalize_groups(groups, num_groups),
+    reducer = GradientReducer.from_horovod_args(
+        strategy=strategy, op=op, compression=compression, sparse_as_dense=sparse_as_dense,
+        gradient_predivide_factor=gradient_predivide_factor, groups=groups, num_groups=num_groups,
         device_dense=device_dense, device_sparse=device_sparse, scale_local_gradients=scale_local_gradients,
-        bucket_bytes=bucket_bytes,
-        name="DistributedGradientTape"))
+        process_set=process_set, bucket_bytes=bucket_bytes, name="DistributedGradientTape")
     base = type(gradtape)
     cls = type(base.__name__, (_DistributedGradientTape, base), {})
     return cls(gradtape._tape, reducer, gradtape._persistent, gradtape._watch_accessed_variables)

@@ -141,6 +141,14 @@ class GradientReducer:
         self._strategy = None  # resolved at the first step: the torus exists only after init()
         self._local = {}  # id(variable) -> variable
 
+    @classmethod
+    def from_horovod_args(cls, *, groups, num_groups, process_set, sparse_as_dense, **options) -> "GradientReducer":
+        """The reducer of Horovod's DistributedOptimizer/DistributedGradientTape arguments (``num_groups`` is
+        Horovod's alias of ``groups``; only the global process set)."""
+        check_process_set(process_set)
+        return cls(ReductionOptions(groups=normalize_groups(groups, num_groups),
+                                    sparse_as_dense=bool(sparse_as_dense), **options))
+
     @property
     def strategy(self):
         if self._strategy is None:

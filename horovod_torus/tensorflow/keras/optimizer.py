@@ -12,8 +12,7 @@ import keras
 import tensorflow as tf
 
 from horovod_torus.strategies.registry import DEFAULT_STRATEGY
-from horovod_torus.tensorflow.gradients import GradientReducer, ReductionOptions, normalize_groups
-from horovod_torus.tensorflow.reductions import check_process_set
+from horovod_torus.tensorflow.gradients import GradientReducer
 
 __all__ = ["DistributedOptimizer", "is_distributed_optimizer"]
 
@@ -168,13 +167,11 @@ def DistributedOptimizer(optimizer, name=None, device_dense='', device_sparse=''
     if isinstance(backward_passes_per_step, bool) or not isinstance(backward_passes_per_step, int) \
             or backward_passes_per_step < 1:
         raise ValueError(f"backward_passes_per_step={backward_passes_per_step!r} must be an int >= 1")
-    check_process_set(process_set)
-    reducer = GradientReducer(ReductionOptions(
-        strategy=strategy, op=op, compression=compression, sparse_as_dense=bool(sparse_as_dense),
-        gradient_predivide_factor=gradient_predivide_factor, groups=normalize_groups(groups, num_groups),
+    reducer = GradientReducer.from_horovod_args(
+        strategy=strategy, op=op, compression=compression, sparse_as_dense=sparse_as_dense,
+        gradient_predivide_factor=gradient_predivide_factor, groups=groups, num_groups=num_groups,
         device_dense=device_dense, device_sparse=device_sparse, scale_local_gradients=scale_local_gradients,
-        bucket_bytes=bucket_bytes,
-        name=name or f"Distributed{type(optimizer).__name__}"))
+        process_set=process_set, bucket_bytes=bucket_bytes, name=name or f"Distributed{type(optimizer).__name__}")
     base = type(optimizer)
     cls = type(base.__name__, (_DistributedOptimizerMixin, base),
                {"__module__": base.__module__, "__qualname__": base.__qualname__})

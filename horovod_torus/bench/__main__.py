@@ -79,6 +79,8 @@ def _start(config, args, use_tf, have_mpi, strategies):
         from horovod_torus.tensorflow.runtime import backend
 
         hvd.init(grid=config.grid, backend=args.torus_backend)
+        from horovod_torus.devices import pin_gpu
+        pin_gpu()  # one GPU per rank (= local rank), memory growth
         control = HorovodControl()
         grid = str(hvd.grid())
         torus_backend = backend()

@@ -30,6 +30,7 @@ import numpy as np
 from horovod_torus.bench.reducers import TF_STRATEGIES, tf_reduce_fn
 from horovod_torus.bench.report import summarize_times, write_json_atomic
 from horovod_torus.bench.world import HorovodControl, host_facts, mpi_launched
+from horovod_torus.devices import pin_gpu
 
 __all__ = ["MODELS", "build_model", "TrainBenchConfig", "TrainResult", "throughput", "run", "main"]
 
@@ -175,6 +176,7 @@ def run(config: TrainBenchConfig):
     import horovod_torus.tensorflow as hvd
 
     hvd.init(grid=config.grid, backend=config.torus_backend)
+    pin_gpu()  # one GPU per rank (local rank), memory growth: before the first TensorFlow op
     control = HorovodControl()
     reduce = tf_reduce_fn(config.strategy)
     keras.utils.set_random_seed(config.seed)  # identical initial weights on every rank

@@ -38,6 +38,7 @@ class DataConfig:
 
 @dataclass
 class ModelConfig:
+    arch: str = "resnet50"              # resnet50 | tiny (2 convolutions: seconds-long smoke runs and tests)
     bn_momentum: float = 0.9            # Keras default 0.99 lags far behind in short runs (see preset)
     mixed_precision: str = ""           # "" (float32) | mixed_bfloat16 | mixed_float16
 
@@ -94,6 +95,7 @@ class AppConfig:
                    "optim.optimizer": (self.optim.optimizer, ("sgd", "adam", "adamw", "lamb")),
                    "optim.decay": (self.optim.decay, ("cosine", "linear", "constant")),
                    "train.strategy": (self.train.strategy, ("torus", "ring")),
+                   "model.arch": (self.model.arch, ("resnet50", "tiny")),
                    "model.mixed_precision": (self.model.mixed_precision,
                                              ("", "mixed_bfloat16", "mixed_float16"))}
         for name, (value, allowed) in choices.items():

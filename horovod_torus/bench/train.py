@@ -36,18 +36,23 @@ __all__ = ["MODELS", "build_model", "TrainBenchConfig", "TrainResult", "throughp
 
 
 MODELS = ("resnet50", "tiny")
+PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 
 
 def build_model(name: str, image_size: int, classes: int):
-    """``resnet50``: keras.applications.ResNet50(weights=None); ``tiny``: 2 convolutions + dense."""
+    """``resnet50``: keras.applications.ResNet50(weights=None); ``tiny``: 2 convolutions + dense. The
+    softmax output layer computes in float32 under any Keras dtype policy (the mixed-precision guide's rule
+    for the last layer); the rest follows the global policy."""
     import keras
 
     shape = (image_size, image_size, 3)
+    head = keras.layers.Dense(classes, "softmax", dtype="float32", name="predictions")
     if name == "resnet50":
-        return keras.applications.ResNet50(weights=None, input_shape=shape, classes=classes)
+        base = keras.applications.ResNet50(weights=None, input_shape=shape, include_top=False, pooling="avg")
+        return keras.Model(base.input, head(base.output), name="resnet50")
     return keras.Sequential([keras.Input(shape), keras.layers.Conv2D(8, 3, strides=2, activation="relu"),
                              keras.layers.Conv2D(16, 3, strides=2, activation="relu"),
-                             keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(classes, "softmax")])
+                             keras.layers.GlobalAveragePooling2D(), head])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +71,9 @@ class TrainBenchConfig:
         grid: ``"XxY"`` or None (horovod_torus' default grid).
         torus_backend: ``auto``/``horovod``/``mpi`` or None (``horovod_torus.tensorflow.init(backend=...)``).
         seed: weight/data seed (same weights on every rank; data differs per rank).
+        mixed_precision: Keras dtype policy ``float32``, ``mixed_float16`` (the loss is scaled by a
+            ``LossScaleOptimizer`` and the *scaled* gradients are reduced, as in keras_app) or
+            ``mixed_bfloat16``.
     """
 
     strategy: str = "torus"
@@ -79,8 +87,12 @@ class TrainBenchConfig:
     grid: str | None = None
     torus_backend: str | None = None
     seed: int = 0
+    mixed_precision: str = "float32"
 
     def __post_init__(self):
+        if self.mixed_precision not in PRECISIONS:
+            raise ValueError(f"--mixed-precision {self.mixed_precision!r} unknown: choose one of "
+                             f"{', '.join(PRECISIONS)}")
         if self.model not in MODELS:
             raise ValueError(f"--model {self.model!r} unknown: choose one of {', '.join(MODELS)}")
         if self.strategy not in TF_STRATEGIES:
@@ -179,9 +191,12 @@ def run(config: TrainBenchConfig):
     pin_gpu()  # one GPU per rank (local rank), memory growth: before the first TensorFlow op
     control = HorovodControl()
     reduce = tf_reduce_fn(config.strategy)
+    keras.mixed_precision.set_global_policy(config.mixed_precision)
     keras.utils.set_random_seed(config.seed)  # identical initial weights on every rank
     model = build_model(config.model, config.image_size, config.classes)
     optimizer = keras.optimizers.SGD(learning_rate=0.01, momentum=0.9)
+    if config.mixed_precision == "mixed_float16":
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
     loss_fn = keras.losses.SparseCategoricalCrossentropy()
     variables = model.trainable_variables
     optimizer.build(variables)
@@ -192,7 +207,8 @@ def run(config: TrainBenchConfig):
     def gradients():
         with tf.GradientTape() as tape:
             loss = loss_fn(labels, model(images, training=True))
-        return loss, tape.gradient(loss, variables)
+            scaled = optimizer.scale_loss(loss)   # x loss scale with a LossScaleOptimizer, else unchanged
+        return loss, tape.gradient(scaled, variables)
 
     @tf.function
     def train_step():
@@ -234,6 +250,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grid", default=None, help="torus grid XxY")
     p.add_argument("--torus-backend", default=None, choices=("auto", "horovod", "mpi"),
                    help="data path of the torus strategy (default: HOROVOD_TORUS_BACKEND, else auto)")
+    p.add_argument("--mixed-precision", default=d.mixed_precision, choices=PRECISIONS,
+                   help="Keras dtype policy (float32); mixed_float16 adds dynamic loss scaling")
     p.add_argument("--json", default=None, metavar="FILE")
     return p
 
@@ -244,7 +262,7 @@ def main(argv=None) -> int:
         config = TrainBenchConfig(strategy=args.strategy, model=args.model, batch_size=args.batch_size, image_size=args.image_size,
                                   classes=args.classes, steps=args.steps, warmup_steps=args.warmup_steps,
                                   sync_iters=args.sync_iters, grid=args.grid,
-                                  torus_backend=args.torus_backend)
+                                  torus_backend=args.torus_backend, mixed_precision=args.mixed_precision)
     except ValueError as e:
         print(f"horovod_torus.bench.train: error: {e}", file=sys.stderr)
         return 2

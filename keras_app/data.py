@@ -16,6 +16,7 @@ import argparse
 import glob
 import gzip
 import os
+import shutil
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,7 +25,8 @@ import tensorflow as tf
 from keras_app.config import DataConfig
 
 __all__ = ["Split", "read_idx", "load_fashion_mnist", "train_dataset", "val_dataset", "num_examples",
-           "pipeline_options", "prepare_imagenet_tfds"]
+           "pipeline_options", "prepare_imagenet_tfds", "file_plan", "record_owner", "FilePlan",
+           "stage_tfrecords"]
 
 FASHION_MNIST_FILES = {"train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
                        "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")}
@@ -123,9 +125,20 @@ def _decode_imagenet(cfg: DataConfig, encoded, train: bool, seed=None):
 
 
 # -------------------------------------------------------------------------------------- record sources
+#: Written by ``stage`` into a node-local copy that holds only the shards this node's ranks read: the
+#: names of ALL shards of the source, so every rank computes the same file_plan.
+MANIFEST = "shards.txt"
+
+
 def _tfrecord_files(cfg: DataConfig, train: bool) -> list[str]:
-    pattern = os.path.join(cfg.data_dir, "train-*" if train else "validation-*")
-    files = sorted(glob.glob(pattern))
+    """All shards of the split, sorted (from the MANIFEST of a staged copy when there is one)."""
+    prefix = "train-" if train else "validation-"
+    manifest = os.path.join(cfg.data_dir, MANIFEST)
+    if os.path.exists(manifest):
+        with open(manifest) as fh:
+            return sorted(os.path.join(cfg.data_dir, n) for n in fh.read().split() if n.startswith(prefix))
+    pattern = os.path.join(cfg.data_dir, prefix + "*")
+    files = sorted(f for f in glob.glob(pattern) if not f.endswith(".tmp"))
     if not files:
         raise FileNotFoundError(
             f"no ImageNet TFRecord shards match {pattern!r}: point --data-dir at the folder of "
@@ -402,14 +415,64 @@ def _per_rank(global_batch: int, split: Split) -> int:
     return global_batch // split.size
 
 
+def stage_tfrecords(data_dir: str, dest: str, world_size: int, ranks) -> list[str]:
+    """Copy into ``dest`` the TFRecord shards (train and validation) that ``ranks`` of a ``world_size``-rank
+    job read (see :func:`file_plan`), and write ``dest/shards.txt`` naming every shard of ``data_dir``.
+    Run once per node with that node's ranks; files already there with the same size are kept. Each copy
+    goes to ``NAME.tmp`` first, then is renamed. Returns the copied names.
+
+    Raises FileNotFoundError when ``data_dir`` has no shards."""
+    os.makedirs(dest, exist_ok=True)
+    names, copied = [], []
+    for train in (True, False):
+        files = _tfrecord_files(DataConfig(dataset="imagenet_tfrecord", data_dir=data_dir), train)
+        names += [os.path.basename(f) for f in files]
+        needed = sorted({f for r in ranks for f in file_plan(len(files), r, world_size).files})
+        for f in needed:
+            src, dst = files[f], os.path.join(dest, os.path.basename(files[f]))
+            if os.path.exists(dst) and os.path.getsize(dst) == os.path.getsize(src):
+                continue
+            shutil.copyfile(src, dst + ".tmp")
+            os.replace(dst + ".tmp", dst)
+            copied.append(os.path.basename(dst))
+    tmp = os.path.join(dest, MANIFEST + ".tmp")
+    with open(tmp, "w") as fh:
+        fh.write("\n".join(names) + "\n")
+    os.replace(tmp, os.path.join(dest, MANIFEST))
+    return copied
+
+
+def _launcher_rank() -> int:
+    for var in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID", "HOROVOD_RANK"):
+        if var in os.environ:
+            return int(os.environ[var])
+    return 0
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m keras_app.data")
     sub = p.add_subparsers(dest="command", required=True)
     prep = sub.add_parser("prepare-tfds", help="prepare TFDS imagenet2012 from manual_dir (one time)")
     prep.add_argument("--data-dir", required=True)
     prep.add_argument("--manual-dir", required=True)
+    stage = sub.add_parser(
+        "stage", help="copy the TFRecord shards this node's ranks read to node-local storage (one process "
+                      "per node: mpirun --map-by ppr:1:node; the node index is the launcher's rank)")
+    stage.add_argument("--data-dir", required=True, help="the shared folder of train-*/validation-* shards")
+    stage.add_argument("--dest", required=True, help="node-local folder (then --data-dir DEST for training)")
+    stage.add_argument("--world-size", type=int, required=True, help="ranks of the training job")
+    stage.add_argument("--ranks-per-node", type=int, required=True)
+    stage.add_argument("--node", type=int, default=None, help="node index (default: the launcher's rank)")
     args = p.parse_args(argv)
-    prepare_imagenet_tfds(args.data_dir, args.manual_dir)
+    if args.command == "prepare-tfds":
+        prepare_imagenet_tfds(args.data_dir, args.manual_dir)
+        return
+    node = _launcher_rank() if args.node is None else args.node
+    first = node * args.ranks_per_node
+    ranks = range(first, min(first + args.ranks_per_node, args.world_size))
+    copied = stage_tfrecords(args.data_dir, args.dest, args.world_size, ranks)
+    print(f"keras_app.data stage: node {node} (ranks {ranks.start}-{ranks.stop - 1}): {len(copied)} shards "
+          f"copied to {args.dest}", flush=True)
 
 
 if __name__ == "__main__":

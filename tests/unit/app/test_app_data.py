@@ -169,3 +169,30 @@ def test_resumed_epoch_continues_the_data_order(tmp_path, dataset):
         np.testing.assert_array_equal(ya, yb)
         np.testing.assert_array_equal(xa, xb)
     assert not all(np.array_equal(a[0], b[0]) for a, b in zip(full[:3], full[3:6]))
+
+
+def test_stage_copies_only_the_nodes_shards(tmp_path):
+    """`python -m keras_app.data stage`: each node gets the shards its ranks read plus the manifest of all
+    shards, and every rank reads from its node's copy exactly what it reads from the shared folder."""
+    src = tmp_path / "shared"
+    x, y = fmnist_rgb("train", 40)
+    write_tfrecords(str(src), "train", x, y, shards=8)
+    write_tfrecords(str(src), "validation", x[:12], y[:12], shards=2)
+    nodes, per_node = 2, 3                       # 6 ranks: 8 train files (whole), 2 val files (shared)
+    for node in range(nodes):
+        dest = tmp_path / f"node{node}"
+        data.main(["stage", "--data-dir", str(src), "--dest", str(dest), "--world-size", "6",
+                   "--ranks-per-node", str(per_node), "--node", str(node)])
+        staged = sorted(f for f in os.listdir(dest) if f != data.MANIFEST)
+        ranks = range(node * per_node, (node + 1) * per_node)
+        want = sorted({f"train-{f:05d}-of-00008" for r in ranks for f in data.file_plan(8, r, 6).files} |
+                      {f"validation-{f:05d}-of-00002" for r in ranks for f in data.file_plan(2, r, 6).files})
+        assert staged == want and len(staged) < 10
+        for r in ranks:
+            for train in (True, False):
+                shared = DataConfig(dataset="imagenet_tfrecord", data_dir=str(src))
+                local = DataConfig(dataset="imagenet_tfrecord", data_dir=str(dest))
+                assert len(data._tfrecord_files(local, train)) == len(data._tfrecord_files(shared, train))
+                a = [e.numpy() for e, _ in data._encoded_records(shared, data.Split(r, 6), train)]
+                b = [e.numpy() for e, _ in data._encoded_records(local, data.Split(r, 6), train)]
+                assert a == b and a

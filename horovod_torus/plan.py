@@ -20,6 +20,7 @@ import json
 import sys
 
 from horovod_torus.costmodel import ALGORITHMS, PRESETS, Cluster, Link, calibrate, predict
+from horovod_torus import __version__
 from horovod_torus.bench.report import parse_size, write_json_atomic
 
 __all__ = ["main", "build_parser", "cluster_from_args", "format_prediction"]
@@ -52,7 +53,17 @@ def build_parser() -> argparse.ArgumentParser:
                         "--preset/--cluster, else intra when the benchmark ran on one node, inter otherwise)")
     p.add_argument("--top", type=int, default=5, help="how many torus grids to list (5)")
     p.add_argument("--json", metavar="FILE", help="write the predictions as JSON")
+    p.add_argument("--print-grid", action="store_true",
+                   help="print only the choice for the first message size: the torus grid XxY when the "
+                        "best torus grid beats the ring, else 'ring' (for job scripts: --grid / --strategy)")
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     return p
+
+
+def grid_choice(pred) -> str:
+    """What a job script passes on: ``"XxY"`` (the best torus grid) when it is predicted at least as fast
+    as the ring, else ``"ring"``. The app offers only these two strategies."""
+    return str(pred.best_grid) if pred.times["torus"] <= pred.times["ring"] else "ring"
 
 
 def _link(spec: dict, what: str) -> Link:
@@ -152,9 +163,10 @@ def main(argv=None) -> int:
             one_node = int(doc.get("host", {}).get("nodes", 1)) == 1
             which = args.calibrate_link or (
                 "both" if not (args.preset or args.cluster) else "intra" if one_node else "inter")
-            print(f"calibrated from {args.calibrate} ({args.strategy}, {doc['world_size']} ranks, grid "
-                  f"{doc.get('grid')}): alpha = {link.alpha * 1e6:.2f} us, bandwidth = {link.bandwidth / 1e9:.3f} "
-                  f"GB/s (beta = {link.beta * 1e12:.1f} ps/B), rms relative residual {rms:.1%}; applied to {which}")
+            if not args.print_grid:
+                print(f"calibrated from {args.calibrate} ({args.strategy}, {doc['world_size']} ranks, grid "
+                      f"{doc.get('grid')}): alpha = {link.alpha * 1e6:.2f} us, bandwidth = {link.bandwidth / 1e9:.3f} "
+                      f"GB/s (beta = {link.beta * 1e12:.1f} ps/B), rms relative residual {rms:.1%}; applied to {which}")
             sides = ("intra", "inter") if which == "both" else (which,)
             cluster = dataclasses.replace(cluster, **{s: link for s in sides})
             out["cluster"] = dataclasses.asdict(cluster)
@@ -164,6 +176,9 @@ def main(argv=None) -> int:
     except (ValueError, OSError, KeyError) as e:
         print(f"horovod_torus.plan: error: {e}", file=sys.stderr)
         return 2
+    if args.print_grid:
+        print(grid_choice(predict(cluster, sizes[0])))
+        return 0
     print(describe_cluster(cluster))
     for n in sizes:
         pred = predict(cluster, n)

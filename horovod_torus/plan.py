@@ -54,16 +54,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top", type=int, default=5, help="how many torus grids to list (5)")
     p.add_argument("--json", metavar="FILE", help="write the predictions as JSON")
     p.add_argument("--print-grid", action="store_true",
-                   help="print only the choice for the first message size: the torus grid XxY when the "
-                        "best torus grid beats the ring, else 'ring' (for job scripts: --grid / --strategy)")
+                   help="print only the choice for the first message size: the best torus grid XxY, or "
+                        "'ring' when the ring is faster or the best grid is 1xN/Nx1 (for job scripts)")
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     return p
 
 
 def grid_choice(pred) -> str:
-    """What a job script passes on: ``"XxY"`` (the best torus grid) when it is predicted at least as fast
-    as the ring, else ``"ring"``. The app offers only these two strategies."""
-    return str(pred.best_grid) if pred.times["torus"] <= pred.times["ring"] else "ring"
+    """What a job script passes on (the app offers the torus and the ring): ``"ring"`` when the ring is
+    predicted faster than the best torus grid, or when that grid is degenerate (1xN or Nx1: one flat
+    all-reduce, which Horovod's own ring does with less overhead); else the grid ``"XxY"``."""
+    g = pred.best_grid
+    if pred.times["torus"] > pred.times["ring"] or g.x == 1 or g.y == 1:
+        return "ring"
+    return str(g)
 
 
 def _link(spec: dict, what: str) -> Link:

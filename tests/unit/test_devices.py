@@ -41,3 +41,22 @@ def test_bad_local_rank_raises(rank, size):
 
 def test_pin_gpu_on_a_cpu_host_returns_none():
     assert pin_gpu(local_rank=1, local_size=2) is None      # this machine has no GPU
+
+
+def test_doctor_check_and_report_line():
+    """The doctor's verdict logic: exact sums of its inputs, and a mismatch named with its count."""
+    import numpy as np
+
+    from horovod_torus.doctor import RankReport, check_allreduce, doctor_input, exact_sum
+    expected = exact_sum(4, 10)
+    np.testing.assert_array_equal(expected, sum(doctor_input(r, 10) for r in range(4)))
+    assert check_allreduce(expected.copy(), expected, "torus") == []
+    bad = expected.copy()
+    bad[3] += 1
+    assert check_allreduce(bad, expected, "ring") == ["ring all-reduce: 1 of 10 elements differ from the exact sum"]
+    assert "returned shape (9,)" in check_allreduce(expected[:9], expected, "torus")[0]
+    rep = RankReport(1, 4, 1, 2, "n1", "/physical_device:GPU:1", "MPI,Gloo,NCCL", "MPI", "MULTIPLE", "2x2",
+                     "horovod", [])
+    assert rep.line().endswith("| OK") and "local 1/2 gpu /physical_device:GPU:1" in rep.line()
+    rep.problems.append("x")
+    assert rep.line().endswith("| FAIL: x")

@@ -12,9 +12,10 @@ import json
 import os
 from dataclasses import dataclass, field
 
+from horovod_torus import __version__
 from keras_app.schedules import parse_batch_schedule
 
-__all__ = ["DataConfig", "ModelConfig", "OptimConfig", "TrainConfig", "AppConfig", "PRESETS",
+__all__ = ["DataConfig", "ModelConfig", "OptimConfig", "TrainConfig", "AppConfig", "PRESETS", "CHOICES",
            "parse_args", "save_config", "load_config"]
 
 FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
@@ -71,7 +72,22 @@ class TrainConfig:
     intra_op_threads: int = 0           # 0: TensorFlow's default
     inter_op_threads: int = 0
     val_every_epochs: int = 1
-    verbose: int = 1                    # rank 0: 1 progress bar, 2 one line per epoch, 0 silent
+    verbose: int = 1                    # rank 0 (Keras fit): 1 progress bar, 2 one line per epoch (batch jobs), 0 silent
+
+
+_SECTIONS = {"data": DataConfig, "model": ModelConfig, "optim": OptimConfig, "train": TrainConfig}
+
+#: Allowed values of the fields that take a name (``--help`` lists them; validate() checks them).
+CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
+    ("data", "dataset"): ("fashion_mnist", "imagenet_tfrecord", "imagenet_tfds"),
+    ("data", "augment"): ("none", "flip", "flip_crop", "inception"),
+    ("model", "arch"): ("resnet50", "tiny"),
+    ("model", "mixed_precision"): ("", "mixed_bfloat16", "mixed_float16"),
+    ("optim", "optimizer"): ("sgd", "adam", "adamw", "lamb"),
+    ("optim", "decay"): ("cosine", "linear", "constant"),
+    ("train", "strategy"): ("torus", "ring"),
+    ("train", "verbose"): (0, 1, 2),
+}
 
 
 @dataclass
@@ -90,17 +106,10 @@ class AppConfig:
                     raise ValueError(
                         f"global batch {batch} (batch schedule {self.train.batch_schedule!r}, epoch {epoch}) "
                         f"is not divisible by the world size {world_size}: use a multiple of {world_size}")
-        choices = {"data.dataset": (self.data.dataset, ("fashion_mnist", "imagenet_tfrecord", "imagenet_tfds")),
-                   "data.augment": (self.data.augment, ("none", "flip", "flip_crop", "inception")),
-                   "optim.optimizer": (self.optim.optimizer, ("sgd", "adam", "adamw", "lamb")),
-                   "optim.decay": (self.optim.decay, ("cosine", "linear", "constant")),
-                   "train.strategy": (self.train.strategy, ("torus", "ring")),
-                   "model.arch": (self.model.arch, ("resnet50", "tiny")),
-                   "model.mixed_precision": (self.model.mixed_precision,
-                                             ("", "mixed_bfloat16", "mixed_float16"))}
-        for name, (value, allowed) in choices.items():
+        for (section, name), allowed in CHOICES.items():
+            value = getattr(getattr(self, section), name)
             if value not in allowed:
-                raise ValueError(f"{name}={value!r} is not one of {allowed}")
+                raise ValueError(f"{section}.{name}={value!r} is not one of {allowed}")
         if self.data.image_size < 32:
             raise ValueError(f"image_size={self.data.image_size}: Keras ResNet-50 needs at least 32")
         if self.data.pipeline_threads < 0:
@@ -169,7 +178,6 @@ PRESETS: dict[str, dict[str, dict]] = {
     },
 }
 
-_SECTIONS = {"data": DataConfig, "model": ModelConfig, "optim": OptimConfig, "train": TrainConfig}
 
 
 def from_dict(values: dict) -> AppConfig:
@@ -203,6 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "control, LR warm-up and label smoothing. Launch under horovodrun/mpirun.")
     p.add_argument("--preset", choices=sorted(PRESETS), default=None, help="starting values")
     p.add_argument("--config", default=None, help="a saved config.json to start from (before --preset)")
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     for section, cls in _SECTIONS.items():
         group = p.add_argument_group(section)
         for f in dataclasses.fields(cls):
@@ -212,7 +221,9 @@ def build_parser() -> argparse.ArgumentParser:
                 group.add_argument(flag, nargs="?", const=True, type=_bool, default=None, dest=f"{section}.{f.name}",
                                    help="continue from the latest checkpoint in output_dir")
             else:
-                group.add_argument(flag, type=kind, default=None, dest=f"{section}.{f.name}",
+                allowed = CHOICES.get((section, f.name))
+                group.add_argument(flag, type=kind, default=None, dest=f"{section}.{f.name}", choices=allowed,
+                                   metavar=None if allowed is None else "{" + ",".join(map(str, allowed)) + "}",
                                    help=f"{section}.{f.name} (default {f.default!r})")
     return p
 

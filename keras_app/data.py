@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import tensorflow as tf
 
+from horovod_torus import __version__
 from keras_app.config import DataConfig
 
 __all__ = ["Split", "read_idx", "load_fashion_mnist", "train_dataset", "val_dataset", "num_examples",
@@ -451,6 +452,7 @@ def _launcher_rank() -> int:
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m keras_app.data")
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     prep = sub.add_parser("prepare-tfds", help="prepare TFDS imagenet2012 from manual_dir (one time)")
     prep.add_argument("--data-dir", required=True)

@@ -27,6 +27,7 @@ import time
 
 import numpy as np
 
+from horovod_torus import __version__
 from horovod_torus.bench.reducers import TF_STRATEGIES, tf_reduce_fn
 from horovod_torus.bench.report import summarize_times, write_json_atomic
 from horovod_torus.bench.world import HorovodControl, host_facts, mpi_launched
@@ -253,6 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mixed-precision", default=d.mixed_precision, choices=PRECISIONS,
                    help="Keras dtype policy (float32); mixed_float16 adds dynamic loss scaling")
     p.add_argument("--json", default=None, metavar="FILE")
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     return p
 
 

@@ -61,19 +61,26 @@ class ExactValidation(keras.callbacks.Callback):
         allreduce_sum: e.g. ``lambda v: hvd.allreduce(v, op=hvd.Sum).numpy()``.
         every: validate after epochs e with ``(e + 1) % every == 0``.
         last_epoch: the run's number of epochs (its last epoch is always validated).
+        share_state: called with the model before the evaluation, e.g. broadcasting rank 0's
+            non-trainable variables (BatchNormalization's moving statistics, which each rank updates from
+            its own batches): then every shard is evaluated with the same model, the one rank 0
+            checkpoints, and a resumed run continues from exactly the state of the uninterrupted one.
     """
 
-    def __init__(self, dataset, loss_fn, allreduce_sum, every: int = 1, last_epoch: int | None = None):
+    def __init__(self, dataset, loss_fn, allreduce_sum, every: int = 1, last_epoch: int | None = None,
+                 share_state=None):
         super().__init__()
         if every < 1:
             raise ValueError(f"val_every_epochs={every} must be >= 1")
         self.dataset, self.loss_fn, self.allreduce_sum = dataset, loss_fn, allreduce_sum
-        self.every, self.last_epoch = every, last_epoch
+        self.every, self.last_epoch, self.share_state = every, last_epoch, share_state
 
     def on_epoch_end(self, epoch, logs=None):
         if (epoch + 1) % self.every and epoch + 1 != self.last_epoch:
             return
         t0 = time.perf_counter()
+        if self.share_state is not None:
+            self.share_state(self.model)
         sums = np.asarray(self.allreduce_sum(shard_sums(self.model, self.dataset, self.loss_fn)), np.float64)
         if logs is not None:
             logs.update(combine(sums))

@@ -130,7 +130,8 @@ def train(cfg: AppConfig) -> TrainResult:
     val_batch = max(64, batch_control.schedule[0][1] // size)
     validation = ExactValidation(data.val_dataset(cfg.data, val_batch, split), loss,
                                  lambda v: hvd.allreduce(v, op=hvd.Sum, strategy=cfg.train.strategy).numpy(),
-                                 every=cfg.train.val_every_epochs, last_epoch=cfg.train.epochs)
+                                 every=cfg.train.val_every_epochs, last_epoch=cfg.train.epochs,
+                                 share_state=lambda m: hvd.broadcast_variables(m.non_trainable_variables, 0))
     callbacks = [BroadcastGlobalVariablesCallback(0), batch_control, lr_cb,
                  MetricAverageCallback(strategy=cfg.train.strategy), validation, recorder]
     if rank == 0:

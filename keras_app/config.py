@@ -30,7 +30,7 @@ class DataConfig:
     channels: int = 1                   # 1 (grey) or 3 (RGB)
     num_classes: int = 10
     train_examples: int = 0             # 0: the whole training split; else an epoch is this many images
-    val_examples: int = 0               # 0: the whole validation split
+    val_examples: int = 0               # 0: the whole validation split (exact metrics); N: about N (per-rank cap)
     augment: str = "flip"               # none | flip | flip_crop | inception (random-resized crop + flip)
     shuffle_buffer: int = 10000
     label_offset: int = 1               # imagenet_tfrecord: subtracted from image/class/label (1..1000)
@@ -170,7 +170,7 @@ PRESETS: dict[str, dict[str, dict]] = {
     "imagenet_abci": {
         "data": {"dataset": "imagenet_tfrecord", "data_dir": "/groups/imagenet/tfrecords", "image_size": 224,
                  "channels": 3, "num_classes": 1000, "augment": "inception", "shuffle_buffer": 10000,
-                 "train_examples": 1281167, "val_examples": 50000},
+                 "train_examples": 1281167, "val_examples": 0},      # validation: the whole split
         "model": {"bn_momentum": 0.9, "mixed_precision": "mixed_float16"},
         "optim": {"optimizer": "sgd", "base_lr": 0.1, "base_batch": 256, "weight_decay": 5e-5,
                   "warmup_epochs": 5.0, "decay": "linear", "label_smoothing": 0.1},

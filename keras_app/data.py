@@ -394,8 +394,10 @@ def train_dataset(cfg: DataConfig, global_batch: int, split: Split, seed: int, *
 
 def val_dataset(cfg: DataConfig, batch: int, split: Split) -> tf.data.Dataset:
     """One pass over this rank's shard of the validation split, batches of ``batch`` (last one short).
-    The shards are disjoint and together hold the whole split (``val_examples`` caps it), possibly of
-    different sizes: weight per-rank results by their example counts (keras_app.evaluate does)."""
+    The shards are disjoint and together hold the whole split, possibly of different sizes: weight
+    per-rank results by their example counts (keras_app.evaluate does). ``val_examples`` > 0 caps the
+    split: Fashion-MNIST to exactly its first N images; the ImageNet readers each shard to ceil(N / ranks)
+    records (about N in all; use 0 for exact whole-split metrics)."""
     if cfg.dataset == "fashion_mnist":
         images, labels = load_fashion_mnist(cfg.data_dir, "test")
         n = cfg.val_examples or len(labels)

@@ -46,4 +46,4 @@ SCHEDULE="0:$((16 * NP)),5:$((32 * NP))"
 echo "job: $NODES nodes x $NPERNODE GPUs = $NP ranks, topology ${topology[*]}, data $data_dir, output $OUTPUT_DIR" >&2
 HOSTFILE=${HOSTFILE:-} NP=$NP NPERNODE=$NPERNODE bash mpi_scripts/mpirun.sh \
   --preset imagenet_abci "${topology[@]}" --data-dir "$data_dir" --batch-schedule "$SCHEDULE" \
-  --train-examples 1281167 --val-examples 50000 --output-dir "$OUTPUT_DIR" --resume --verbose 2 "$@"
+  --train-examples 1281167 --output-dir "$OUTPUT_DIR" --resume --verbose 2 "$@"

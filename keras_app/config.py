@@ -165,8 +165,8 @@ PRESETS: dict[str, dict[str, dict]] = {
     },
     # The paper's ImageNet recipe (Mikami et al. v1): 90 epochs at 224x224, the first 5 epochs at the low
     # global batch (16 per GPU on 2,176 GPUs = 34,816), then 32 per GPU (69,632); label smoothing 0.1;
-    # gradual warm-up over those 5 epochs and the linear scaling rule. the job templates (mpi_scripts/job_common.sh) pass a
-    # --batch-schedule for its own GPU count (16 then 32 per GPU).
+    # gradual warm-up over those 5 epochs and the linear scaling rule. The job templates
+    # (mpi_scripts/job_common.sh) pass a --batch-schedule for their own GPU count (16 then 32 per GPU).
     "imagenet_abci": {
         "data": {"dataset": "imagenet_tfrecord", "data_dir": "/groups/imagenet/tfrecords", "image_size": 224,
                  "channels": 3, "num_classes": 1000, "augment": "inception", "shuffle_buffer": 10000,

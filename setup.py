@@ -12,10 +12,20 @@ setup(
     packages=find_packages(include=["horovod_torus", "horovod_torus.*", "keras_app", "keras_app.*"]),
     # Horovod itself must be built against the installed TensorFlow (see README / `make setup`).
     install_requires=["numpy", "mpi4py"],
-    extras_require={"app": ["tensorflow-datasets", "matplotlib"]},
+    # TensorFlow itself is not required here: tensorflow-cpu (requirements.txt) or tensorflow[and-cuda]
+    # (requirements-gpu.txt), pinned, must be installed before Horovod is built against it.
+    extras_require={
+        "app": ["tensorflow-datasets==4.9.7", "matplotlib>=3.8,<4"],      # keras_app: TFDS readers, plots
+        "cpu": ["tensorflow-cpu==2.18.1"],                                # then build Horovod (README)
+        "gpu": ["tensorflow[and-cuda]==2.18.1"],                          # then build Horovod with NCCL
+        "test": ["pytest>=8,<9"],
+    },
     entry_points={"console_scripts": [
         "horovod-torus-bench=horovod_torus.bench.__main__:main",
         "horovod-torus-plan=horovod_torus.plan:main",
+        "horovod-torus-train=keras_app.train:main",
+        "horovod-torus-doctor=horovod_torus.doctor:main",
     ]},
     license="Apache-2.0",
+    license_files=["LICENSE", "NOTICE"],
 )

@@ -1,3 +1,15 @@
+# Copyright 2019 Uber Technologies, Inc. All Rights Reserved.
+# Modifications copyright 2026 the horovod-torus authors (the import line, Fashion-MNIST from local IDX
+# files, the Keras 3 edits marked below; see NOTICE).
+#
+# Licensed under the Apache License, Version 2.0 (the "License"); you may not use this file except in
+# compliance with the License. You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software distributed under the License is
+# distributed on an "AS IS" BASIS, WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and limitations under the License.
 """Horovod's Keras example (horovod/examples/tensorflow2/tensorflow2_keras_mnist.py), on Keras 3.
 
 The only change a Horovod user makes is the import line below (``horovod.tensorflow.keras`` ->

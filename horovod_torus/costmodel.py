@@ -336,4 +336,9 @@ def calibrate(document: dict, strategy: str, min_bytes: int = 0) -> tuple[Link, 
 PRESETS = {
     "abci": Cluster(nodes=544, ranks_per_node=4, intra=Link(alpha=3e-6, bandwidth=50e9),
                     inter=Link(alpha=6e-6, bandwidth=25e9), gamma=3 / 900e9, name="abci"),
+    # ABCI 3.0 Compute Node (H): 8 H100 SXM5 with NVLink 4 through NVSwitch (450 GB/s per direction per
+    # GPU; 100 GB/s per pair assumed for ring traffic), 8 InfiniBand NDR200 HCAs (8 x 25 GB/s = 200 GB/s
+    # per node). Nominal rates; latencies and gamma (3 bytes at 3.35 TB/s HBM3) are assumptions.
+    "abci3": Cluster(nodes=766, ranks_per_node=8, intra=Link(alpha=3e-6, bandwidth=100e9),
+                     inter=Link(alpha=5e-6, bandwidth=200e9), gamma=3 / 3350e9, name="abci3"),
 }

@@ -20,6 +20,7 @@ import json
 import sys
 
 from horovod_torus.costmodel import ALGORITHMS, PRESETS, Cluster, Link, calibrate, predict
+from horovod_torus import __version__
 from horovod_torus.bench.report import parse_size, write_json_atomic
 
 __all__ = ["main", "build_parser", "cluster_from_args", "format_prediction"]
@@ -52,7 +53,21 @@ def build_parser() -> argparse.ArgumentParser:
                         "--preset/--cluster, else intra when the benchmark ran on one node, inter otherwise)")
     p.add_argument("--top", type=int, default=5, help="how many torus grids to list (5)")
     p.add_argument("--json", metavar="FILE", help="write the predictions as JSON")
+    p.add_argument("--print-grid", action="store_true",
+                   help="print only the choice for the first message size: the best torus grid XxY, or "
+                        "'ring' when the ring is faster or the best grid is 1xN/Nx1 (for job scripts)")
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     return p
+
+
+def grid_choice(pred) -> str:
+    """What a job script passes on (the app offers the torus and the ring): ``"ring"`` when the ring is
+    predicted faster than the best torus grid, or when that grid is degenerate (1xN or Nx1: one flat
+    all-reduce, which Horovod's own ring does with less overhead); else the grid ``"XxY"``."""
+    g = pred.best_grid
+    if pred.times["torus"] > pred.times["ring"] or g.x == 1 or g.y == 1:
+        return "ring"
+    return str(g)
 
 
 def _link(spec: dict, what: str) -> Link:
@@ -152,9 +167,10 @@ def main(argv=None) -> int:
             one_node = int(doc.get("host", {}).get("nodes", 1)) == 1
             which = args.calibrate_link or (
                 "both" if not (args.preset or args.cluster) else "intra" if one_node else "inter")
-            print(f"calibrated from {args.calibrate} ({args.strategy}, {doc['world_size']} ranks, grid "
-                  f"{doc.get('grid')}): alpha = {link.alpha * 1e6:.2f} us, bandwidth = {link.bandwidth / 1e9:.3f} "
-                  f"GB/s (beta = {link.beta * 1e12:.1f} ps/B), rms relative residual {rms:.1%}; applied to {which}")
+            if not args.print_grid:
+                print(f"calibrated from {args.calibrate} ({args.strategy}, {doc['world_size']} ranks, grid "
+                      f"{doc.get('grid')}): alpha = {link.alpha * 1e6:.2f} us, bandwidth = {link.bandwidth / 1e9:.3f} "
+                      f"GB/s (beta = {link.beta * 1e12:.1f} ps/B), rms relative residual {rms:.1%}; applied to {which}")
             sides = ("intra", "inter") if which == "both" else (which,)
             cluster = dataclasses.replace(cluster, **{s: link for s in sides})
             out["cluster"] = dataclasses.asdict(cluster)
@@ -164,6 +180,9 @@ def main(argv=None) -> int:
     except (ValueError, OSError, KeyError) as e:
         print(f"horovod_torus.plan: error: {e}", file=sys.stderr)
         return 2
+    if args.print_grid:
+        print(grid_choice(predict(cluster, sizes[0])))
+        return 0
     print(describe_cluster(cluster))
     for n in sizes:
         pred = predict(cluster, n)

@@ -1,8 +1,11 @@
 """Atomic, verified checkpoints of a Keras model, its optimizer state and the run's history.
 
 A checkpoint is a folder ``OUTPUT_DIR/checkpoints/ckpt-EEEE`` (EEEE = epochs completed) holding
-``model.weights.h5`` (Keras weights), ``optimizer.npz`` (every optimizer variable, iterations included)
-and ``state.json`` (epoch, history, SHA-256 of the two data files). It is written into a temporary
+``model.weights.h5`` (Keras weights), ``optimizer.npz`` (every variable of the optimizer ``fit`` uses,
+iterations included; with mixed_float16 that is the LossScaleOptimizer with its loss scale and the inner
+optimizer's slots) and ``state.json`` (epoch, history, the optimizer variables' names in the npz order,
+SHA-256 of the two data files). Optimizer variables are restored by name
+(:func:`optimizer_variable_names`). It is written into a temporary
 folder and renamed into place, so a crash mid-write never touches an earlier checkpoint; a damaged
 checkpoint is detected by its checksums and reported, never silently skipped.
 """
@@ -16,7 +19,7 @@ import shutil
 
 import numpy as np
 
-__all__ = ["CheckpointError", "CheckpointStore"]
+__all__ = ["CheckpointError", "CheckpointStore", "optimizer_variable_names"]
 
 _NAME = re.compile(r"^ckpt-(\d{4,})$")
 
@@ -31,6 +34,43 @@ def _sha256(path: str) -> str:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def optimizer_variable_names(optimizer, model_variables=()) -> list[str]:
+    """Stable names of ``optimizer.variables``, the keys a checkpoint restores them by.
+
+    A variable's path ``OPTIMIZER/REST`` becomes ``ROLE/REST`` with ROLE = ``optimizer`` (the optimizer
+    itself) or ``inner_optimizer`` (the optimizer a LossScaleOptimizer wraps), and a slot variable named
+    after a model variable (``conv1_conv_kernel_momentum``) becomes ``var<j>/momentum``, j = that variable's
+    index in ``model_variables`` (the model's trainable variables): Keras numbers optimizer and unnamed
+    layer names per process (``adam``/``adam_1``, ``dense``/``dense_1``), the roles and indices do not
+    change. E.g. ``optimizer/dynamic_scale``, ``inner_optimizer/iteration``, ``inner_optimizer/var0/momentum``.
+
+    Raises ValueError when two variables get the same name."""
+    roles = {optimizer.name: "optimizer"}
+    inner = getattr(optimizer, "inner_optimizer", None)
+    if inner is not None:
+        roles[inner.name] = "inner_optimizer"
+    prefixes = sorted(((v.path.replace("/", "_") + "_", j) for j, v in enumerate(model_variables)),
+                      key=lambda pj: -len(pj[0]))
+    names = []
+    for v in optimizer.variables:
+        parts, role = v.path.split("/"), None
+        while len(parts) > 1 and parts[0] in roles:   # "loss_scale_optimizer/sgd/x_momentum": inner's
+            role = roles[parts.pop(0)]
+        if role is None:
+            names.append(v.path)
+            continue
+        rest = "/".join(parts)
+        for prefix, j in prefixes:
+            if rest.startswith(prefix) and len(rest) > len(prefix):
+                rest = f"var{j}/{rest[len(prefix):]}"
+                break
+        names.append(f"{role}/{rest}")
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise ValueError(f"optimizer variables share the names {dup[:5]}: cannot checkpoint them by name")
+    return names
 
 
 class CheckpointStore:
@@ -59,9 +99,10 @@ class CheckpointStore:
         os.makedirs(tmp)
         try:
             model.save_weights(os.path.join(tmp, "model.weights.h5"))
+            names = optimizer_variable_names(optimizer, model.trainable_variables)
             arrays = {f"v{i:05d}": np.asarray(v.numpy()) for i, v in enumerate(optimizer.variables)}
             np.savez(os.path.join(tmp, "optimizer.npz"), **arrays)
-            meta = {"epoch": epoch, "state": state,
+            meta = {"epoch": epoch, "state": state, "optimizer_variables": names,
                     "sha256": {f: _sha256(os.path.join(tmp, f)) for f in ("model.weights.h5", "optimizer.npz")}}
             with open(os.path.join(tmp, "state.json"), "w") as fh:
                 json.dump(meta, fh)
@@ -100,8 +141,21 @@ class CheckpointStore:
                 optimizer.build(model.trainable_variables)
             with np.load(os.path.join(path, "optimizer.npz")) as data:
                 arrays = [data[k] for k in sorted(data.files)]
-            if len(arrays) != len(optimizer.variables):
-                raise ValueError(f"{len(arrays)} optimizer variables saved, {len(optimizer.variables)} here")
+            saved_names = meta.get("optimizer_variables")
+            if saved_names is None:         # written before names were stored: by position
+                if len(arrays) != len(optimizer.variables):
+                    raise ValueError(f"{len(arrays)} optimizer variables saved, {len(optimizer.variables)} here")
+            else:
+                saved = dict(zip(saved_names, arrays))
+                names = optimizer_variable_names(optimizer, model.trainable_variables)
+                missing = [n for n in names if n not in saved]
+                extra = [n for n in saved_names if n not in set(names)]
+                if missing or extra:
+                    raise ValueError(f"optimizer variables differ: not in the checkpoint {missing[:5]}"
+                                     f"{' ...' if len(missing) > 5 else ''}, only in the checkpoint {extra[:5]}"
+                                     f"{' ...' if len(extra) > 5 else ''} (another optimizer or mixed-precision "
+                                     f"policy?)")
+                arrays = [saved[n] for n in names]
             for var, arr in zip(optimizer.variables, arrays):
                 if tuple(var.shape) != arr.shape:
                     raise ValueError(f"optimizer variable {var.path} has shape {tuple(var.shape)}, "

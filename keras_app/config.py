@@ -12,9 +12,10 @@ import json
 import os
 from dataclasses import dataclass, field
 
+from horovod_torus import __version__
 from keras_app.schedules import parse_batch_schedule
 
-__all__ = ["DataConfig", "ModelConfig", "OptimConfig", "TrainConfig", "AppConfig", "PRESETS",
+__all__ = ["DataConfig", "ModelConfig", "OptimConfig", "TrainConfig", "AppConfig", "PRESETS", "CHOICES",
            "parse_args", "save_config", "load_config"]
 
 FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
@@ -29,7 +30,7 @@ class DataConfig:
     channels: int = 1                   # 1 (grey) or 3 (RGB)
     num_classes: int = 10
     train_examples: int = 0             # 0: the whole training split; else an epoch is this many images
-    val_examples: int = 0               # 0: the whole validation split
+    val_examples: int = 0               # 0: the whole validation split (exact metrics); N: about N (per-rank cap)
     augment: str = "flip"               # none | flip | flip_crop | inception (random-resized crop + flip)
     shuffle_buffer: int = 10000
     label_offset: int = 1               # imagenet_tfrecord: subtracted from image/class/label (1..1000)
@@ -38,6 +39,7 @@ class DataConfig:
 
 @dataclass
 class ModelConfig:
+    arch: str = "resnet50"              # resnet50 | tiny (2 convolutions: seconds-long smoke runs and tests)
     bn_momentum: float = 0.9            # Keras default 0.99 lags far behind in short runs (see preset)
     mixed_precision: str = ""           # "" (float32) | mixed_bfloat16 | mixed_float16
 
@@ -71,7 +73,21 @@ class TrainConfig:
     intra_op_threads: int = 0           # 0: TensorFlow's default
     inter_op_threads: int = 0
     val_every_epochs: int = 1
-    verbose: int = 1                    # rank 0: 1 progress bar, 2 one line per epoch, 0 silent
+    verbose: int = 1                    # rank 0 (Keras fit): 1 progress bar, 2 one line per epoch (batch jobs), 0 silent
+
+
+_SECTIONS = {"data": DataConfig, "model": ModelConfig, "optim": OptimConfig, "train": TrainConfig}
+
+#: Allowed values of the fields that take a name (``--help`` lists them; validate() checks them).
+CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
+    ("data", "dataset"): ("fashion_mnist", "imagenet_tfrecord", "imagenet_tfds"),
+    ("data", "augment"): ("none", "flip", "flip_crop", "inception"),
+    ("model", "arch"): ("resnet50", "tiny"),
+    ("model", "mixed_precision"): ("", "mixed_bfloat16", "mixed_float16"),
+    ("optim", "optimizer"): ("sgd", "adam", "adamw", "lamb"),
+    ("optim", "decay"): ("cosine", "linear", "constant"),
+    ("train", "verbose"): (0, 1, 2),
+}
 
 
 @dataclass
@@ -90,15 +106,10 @@ class AppConfig:
                     raise ValueError(
                         f"global batch {batch} (batch schedule {self.train.batch_schedule!r}, epoch {epoch}) "
                         f"is not divisible by the world size {world_size}: use a multiple of {world_size}")
-        choices = {"data.dataset": (self.data.dataset, ("fashion_mnist", "imagenet_tfrecord", "imagenet_tfds")),
-                   "data.augment": (self.data.augment, ("none", "flip", "flip_crop", "inception")),
-                   "optim.optimizer": (self.optim.optimizer, ("sgd", "adam", "adamw", "lamb")),
-                   "optim.decay": (self.optim.decay, ("cosine", "linear", "constant")),
-                   "model.mixed_precision": (self.model.mixed_precision,
-                                             ("", "mixed_bfloat16", "mixed_float16"))}
-        for name, (value, allowed) in choices.items():
+        for (section, name), allowed in CHOICES.items():
+            value = getattr(getattr(self, section), name)
             if value not in allowed:
-                raise ValueError(f"{name}={value!r} is not one of {allowed}")
+                raise ValueError(f"{section}.{name}={value!r} is not one of {allowed}")
         from horovod_torus.strategies.registry import check_strategy, import_strategy_modules
 
         import_strategy_modules(self.train.strategy_module)
@@ -158,12 +169,12 @@ PRESETS: dict[str, dict[str, dict]] = {
     },
     # The paper's ImageNet recipe (Mikami et al. v1): 90 epochs at 224x224, the first 5 epochs at the low
     # global batch (16 per GPU on 2,176 GPUs = 34,816), then 32 per GPU (69,632); label smoothing 0.1;
-    # gradual warm-up over those 5 epochs and the linear scaling rule. mpi_scripts/abci_job.sh passes a
-    # --batch-schedule for its own GPU count (16 then 32 per GPU).
+    # gradual warm-up over those 5 epochs and the linear scaling rule. The job templates
+    # (mpi_scripts/job_common.sh) pass a --batch-schedule for their own GPU count (16 then 32 per GPU).
     "imagenet_abci": {
         "data": {"dataset": "imagenet_tfrecord", "data_dir": "/groups/imagenet/tfrecords", "image_size": 224,
                  "channels": 3, "num_classes": 1000, "augment": "inception", "shuffle_buffer": 10000,
-                 "train_examples": 1281167, "val_examples": 50000},
+                 "train_examples": 1281167, "val_examples": 0},      # validation: the whole split
         "model": {"bn_momentum": 0.9, "mixed_precision": "mixed_float16"},
         "optim": {"optimizer": "sgd", "base_lr": 0.1, "base_batch": 256, "weight_decay": 5e-5,
                   "warmup_epochs": 5.0, "decay": "linear", "label_smoothing": 0.1},
@@ -171,7 +182,6 @@ PRESETS: dict[str, dict[str, dict]] = {
     },
 }
 
-_SECTIONS = {"data": DataConfig, "model": ModelConfig, "optim": OptimConfig, "train": TrainConfig}
 
 
 def from_dict(values: dict) -> AppConfig:
@@ -205,6 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "control, LR warm-up and label smoothing. Launch under horovodrun/mpirun.")
     p.add_argument("--preset", choices=sorted(PRESETS), default=None, help="starting values")
     p.add_argument("--config", default=None, help="a saved config.json to start from (before --preset)")
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     for section, cls in _SECTIONS.items():
         group = p.add_argument_group(section)
         for f in dataclasses.fields(cls):
@@ -214,7 +225,9 @@ def build_parser() -> argparse.ArgumentParser:
                 group.add_argument(flag, nargs="?", const=True, type=_bool, default=None, dest=f"{section}.{f.name}",
                                    help="continue from the latest checkpoint in output_dir")
             else:
-                group.add_argument(flag, type=kind, default=None, dest=f"{section}.{f.name}",
+                allowed = CHOICES.get((section, f.name))
+                group.add_argument(flag, type=kind, default=None, dest=f"{section}.{f.name}", choices=allowed,
+                                   metavar=None if allowed is None else "{" + ",".join(map(str, allowed)) + "}",
                                    help=f"{section}.{f.name} (default {f.default!r})")
     return p
 

@@ -13,7 +13,8 @@ __all__ = ["EpochRecorder", "write_summary", "plot_run"]
 class EpochRecorder(keras.callbacks.Callback):
     """Collects one record per epoch: epoch, global_batch, learning_rate, train_loss, train_top1, val_loss,
     val_top1, val_top5, images_per_sec (training images of all ranks per second of training, validation
-    excluded), epoch_seconds (training + validation). Put it after MetricAverageCallback."""
+    excluded: Keras' own validation, or ``val_seconds`` in the logs), epoch_seconds (training + validation).
+    Put it after MetricAverageCallback and keras_app.evaluate.ExactValidation."""
 
     def __init__(self, epochs: list[dict] | None = None):
         super().__init__()
@@ -30,7 +31,7 @@ class EpochRecorder(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         logs = logs or {}
         total = time.perf_counter() - self._t0
-        train = self._t_train if self._t_train is not None else total
+        train = self._t_train if self._t_train is not None else total - float(logs.get("val_seconds", 0.0))
         gb = int(logs.get("global_batch", 0))
         steps = int(self.params.get("steps") or 0)
         rec = {"epoch": epoch + 1, "global_batch": gb, "learning_rate": logs.get("learning_rate"),

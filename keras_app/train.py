@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from keras_app.config import AppConfig, parse_args, save_config
 
-__all__ = ["main", "train", "TrainResult"]
+__all__ = ["main", "train", "TrainResult", "build_optimizer"]
 
 
 @dataclass
@@ -42,16 +42,32 @@ def _configure_tensorflow(cfg: AppConfig) -> None:
 
 
 def _optimizer(cfg: AppConfig):
+    """The inner Keras optimizer of the config (not distributed, not loss-scaled)."""
     import keras
     o = cfg.optim
     wd = o.weight_decay or None
+    name = o.optimizer          # explicit: Keras would number the names per process (adam, adam_1, ...)
     if o.optimizer == "sgd":
-        return keras.optimizers.SGD(o.base_lr, momentum=o.momentum, nesterov=o.nesterov, weight_decay=wd)
+        return keras.optimizers.SGD(o.base_lr, momentum=o.momentum, nesterov=o.nesterov, weight_decay=wd,
+                                    name=name)
     if o.optimizer == "adam":
-        return keras.optimizers.Adam(o.base_lr, weight_decay=wd)
+        return keras.optimizers.Adam(o.base_lr, weight_decay=wd, name=name)
     if o.optimizer == "adamw":
-        return keras.optimizers.AdamW(o.base_lr, weight_decay=o.weight_decay)
-    return keras.optimizers.Lamb(o.base_lr, weight_decay=wd)
+        return keras.optimizers.AdamW(o.base_lr, weight_decay=o.weight_decay, name=name)
+    return keras.optimizers.Lamb(o.base_lr, weight_decay=wd, name=name)
+
+
+def build_optimizer(cfg: AppConfig, hvd):
+    """The optimizer ``fit`` uses: ``DistributedOptimizer(opt)``, or with the ``mixed_float16`` policy
+    ``DistributedOptimizer(LossScaleOptimizer(opt))``: the scaled gradients are reduced, so a non-finite
+    gradient on any rank is non-finite on every rank after the all-reduce and all ranks skip that step
+    together. The result is an instance of a LossScaleOptimizer subclass, so ``compile`` does not wrap
+    it again (Keras wraps only optimizers that are not LossScaleOptimizers)."""
+    import keras
+    opt = _optimizer(cfg)
+    if cfg.model.mixed_precision == "mixed_float16":
+        opt = keras.optimizers.LossScaleOptimizer(opt, name="loss_scale_optimizer")
+    return hvd.DistributedOptimizer(opt, strategy=cfg.train.strategy)
 
 
 def train(cfg: AppConfig) -> TrainResult:
@@ -65,16 +81,19 @@ def train(cfg: AppConfig) -> TrainResult:
     import keras
 
     import horovod_torus.tensorflow.keras as hvd
+    from horovod_torus.devices import pin_gpu
     from horovod_torus.tensorflow.keras.callbacks import BroadcastGlobalVariablesCallback, MetricAverageCallback
     from keras_app import data
     from keras_app.callbacks import BatchSizeControl, CheckpointCallback, LearningRateWarmup
     from keras_app.checkpoint import CheckpointStore
+    from keras_app.evaluate import ExactValidation
     from keras_app.losses import LabelSmoothedSparseCategoricalCrossentropy
-    from keras_app.model import build_resnet50
+    from keras_app.model import build_model
     from keras_app.report import EpochRecorder, plot_run, write_summary
     from keras_app.schedules import steps_per_epoch
 
     hvd.init(grid=cfg.train.grid or None)
+    pin_gpu()               # GPU = local rank, memory growth; before the first TensorFlow op
     size, rank = hvd.size(), hvd.rank()
     cfg.validate(size)
     split = data.Split(rank, size)
@@ -85,12 +104,17 @@ def train(cfg: AppConfig) -> TrainResult:
         os.makedirs(out, exist_ok=True)
         save_config(cfg, os.path.join(out, "config.json"))
 
-    model = build_resnet50(cfg.data, cfg.model, seed=cfg.train.seed)
-    opt = hvd.DistributedOptimizer(_optimizer(cfg), strategy=cfg.train.strategy)
-    model.compile(optimizer=opt,
-                  loss=LabelSmoothedSparseCategoricalCrossentropy(cfg.optim.label_smoothing, from_logits=True),
+    model = build_model(cfg.data, cfg.model, seed=cfg.train.seed)
+    opt = build_optimizer(cfg, hvd)
+    loss = LabelSmoothedSparseCategoricalCrossentropy(cfg.optim.label_smoothing, from_logits=True)
+    # jit_compile=False: Keras 3 picks XLA ("auto") when TensorFlow sees a GPU, and Horovod's ops have no
+    # XLA kernels.
+    model.compile(optimizer=opt, loss=loss, jit_compile=False,
                   metrics=[keras.metrics.SparseCategoricalAccuracy(name="top1"),
                            keras.metrics.SparseTopKCategoricalAccuracy(5, name="top5")])
+    if model.optimizer is not opt:
+        raise RuntimeError(f"Keras replaced the optimizer {opt!r} by {model.optimizer!r} in compile(): the "
+                           f"checkpoints would not hold the optimizer fit uses")
 
     store = CheckpointStore(os.path.join(out, "checkpoints"), keep=cfg.train.keep_checkpoints)
     batch_control = BatchSizeControl(cfg.train.batch_schedule)
@@ -99,12 +123,17 @@ def train(cfg: AppConfig) -> TrainResult:
     start = 0
     if cfg.train.resume and store.epochs():
         start = store.epochs()[-1]
-        state = store.restore(start, model, opt)   # every rank reads the same files: no collective
+        state = store.restore(start, model, model.optimizer)   # every rank reads the same files
         lr_cb.history = [tuple(s) for s in state["lr_steps"]]
     recorder = EpochRecorder(state["epochs"])
 
+    val_batch = max(64, batch_control.schedule[0][1] // size)
+    validation = ExactValidation(data.val_dataset(cfg.data, val_batch, split), loss,
+                                 lambda v: hvd.allreduce(v, op=hvd.Sum, strategy=cfg.train.strategy).numpy(),
+                                 every=cfg.train.val_every_epochs, last_epoch=cfg.train.epochs,
+                                 share_state=lambda m: hvd.broadcast_variables(m.non_trainable_variables, 0))
     callbacks = [BroadcastGlobalVariablesCallback(0), batch_control, lr_cb,
-                 MetricAverageCallback(strategy=cfg.train.strategy), recorder]
+                 MetricAverageCallback(strategy=cfg.train.strategy), validation, recorder]
     if rank == 0:
         callbacks += [CheckpointCallback(store, recorder, lr_cb),
                       keras.callbacks.TensorBoard(os.path.join(out, "tensorboard"), write_graph=False,
@@ -112,16 +141,15 @@ def train(cfg: AppConfig) -> TrainResult:
         print(f"keras_app: {size} ranks, grid {grid}, strategy {cfg.train.strategy}, "
               f"{n_train} training images/epoch, batch schedule {batch_control.schedule}, "
               f"epochs {cfg.train.epochs}" + (f", resumed after epoch {start}" if start else ""), flush=True)
-    val_batch = max(64, batch_control.schedule[0][1] // size)
-    val = data.val_dataset(cfg.data, val_batch, split)
     for stage in batch_control.stages(cfg.train.epochs):
         if stage.end_epoch <= start:
             continue
         steps = steps_per_epoch(n_train, stage.global_batch)
-        ds = data.train_dataset(cfg.data, stage.global_batch, split, seed=cfg.train.seed + 1000 * stage.start_epoch)
+        first = max(start, stage.start_epoch)      # a resumed run continues the data order of epoch `first`
+        ds = data.train_dataset(cfg.data, stage.global_batch, split, seed=cfg.train.seed,
+                                steps_per_epoch=steps, first_epoch=first)
         batch_control.set_pipeline_batch(stage.global_batch)
-        model.fit(ds, steps_per_epoch=steps, initial_epoch=max(start, stage.start_epoch),
-                  epochs=stage.end_epoch, validation_data=val, validation_freq=cfg.train.val_every_epochs,
+        model.fit(ds, steps_per_epoch=steps, initial_epoch=first, epochs=stage.end_epoch,
                   callbacks=callbacks, verbose=cfg.train.verbose if rank == 0 else 0)
     if rank != 0:
         return TrainResult(model, None)

@@ -80,8 +80,10 @@ def _mpi_grid(comm, grid):
 def _start_horovod(config, args):
     """Initialise Horovod through horovod_torus; returns (control, grid string, torus backend)."""
     import horovod_torus.tensorflow as hvd
+    from horovod_torus.devices import pin_gpu
 
     torus = hvd.init(grid=config.grid, backend=args.torus_backend)
+    pin_gpu()  # one GPU per rank (= local rank), memory growth
     return HorovodControl(), str(torus.grid), torus.transport
 
 

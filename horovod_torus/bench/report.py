@@ -223,6 +223,8 @@ def _main(argv=None) -> int:
                                 description="Markdown table of a benchmark JSON at chosen sizes.")
     p.add_argument("json_file")
     p.add_argument("--sizes", nargs="+", default=["4K", "1M", "16M", "128M"])
+    from horovod_torus import __version__
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     args = p.parse_args(argv)
     with open(args.json_file) as f:
         doc = json.load(f)

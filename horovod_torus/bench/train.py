@@ -27,27 +27,34 @@ import time
 
 import numpy as np
 
+from horovod_torus import __version__
 from horovod_torus.bench.reducers import tf_reduce_fn
 from horovod_torus.strategies.registry import available_strategies, check_strategy, import_strategy_modules
 from horovod_torus.bench.report import summarize_times, write_json_atomic
 from horovod_torus.bench.world import HorovodControl, host_facts, mpi_launched
+from horovod_torus.devices import pin_gpu
 
 __all__ = ["MODELS", "build_model", "TrainBenchConfig", "TrainResult", "throughput", "run", "main"]
 
 
 MODELS = ("resnet50", "tiny")
+PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 
 
 def build_model(name: str, image_size: int, classes: int):
-    """``resnet50``: keras.applications.ResNet50(weights=None); ``tiny``: 2 convolutions + dense."""
+    """``resnet50``: keras.applications.ResNet50(weights=None); ``tiny``: 2 convolutions + dense. The
+    softmax output layer computes in float32 under any Keras dtype policy (the mixed-precision guide's rule
+    for the last layer); the rest follows the global policy."""
     import keras
 
     shape = (image_size, image_size, 3)
+    head = keras.layers.Dense(classes, "softmax", dtype="float32", name="predictions")
     if name == "resnet50":
-        return keras.applications.ResNet50(weights=None, input_shape=shape, classes=classes)
+        base = keras.applications.ResNet50(weights=None, input_shape=shape, include_top=False, pooling="avg")
+        return keras.Model(base.input, head(base.output), name="resnet50")
     return keras.Sequential([keras.Input(shape), keras.layers.Conv2D(8, 3, strides=2, activation="relu"),
                              keras.layers.Conv2D(16, 3, strides=2, activation="relu"),
-                             keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(classes, "softmax")])
+                             keras.layers.GlobalAveragePooling2D(), head])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,6 +74,9 @@ class TrainBenchConfig:
         torus_backend: ``auto``/``horovod``/``mpi`` or None (``horovod_torus.tensorflow.init(backend=...)``).
         seed: weight/data seed (same weights on every rank; data differs per rank).
         bucket_bytes: None (one reduction per step) or the DistributedOptimizer's ``bucket_bytes``.
+        mixed_precision: Keras dtype policy ``float32``, ``mixed_float16`` (the loss is scaled by a
+            ``LossScaleOptimizer`` and the *scaled* gradients are reduced, as in keras_app) or
+            ``mixed_bfloat16``.
     """
 
     strategy: str = "torus"
@@ -81,8 +91,12 @@ class TrainBenchConfig:
     torus_backend: str | None = None
     seed: int = 0
     bucket_bytes: int | None = None
+    mixed_precision: str = "float32"
 
     def __post_init__(self):
+        if self.mixed_precision not in PRECISIONS:
+            raise ValueError(f"--mixed-precision {self.mixed_precision!r} unknown: choose one of "
+                             f"{', '.join(PRECISIONS)}")
         if self.model not in MODELS:
             raise ValueError(f"--model {self.model!r} unknown: choose one of {', '.join(MODELS)}")
         check_strategy(self.strategy)
@@ -188,18 +202,23 @@ def run(config: TrainBenchConfig):
     import horovod_torus.tensorflow as hvd
 
     hvd.init(grid=config.grid, backend=config.torus_backend)
+    pin_gpu()  # one GPU per rank (local rank), memory growth: before the first TensorFlow op
     control = HorovodControl()
     reduce = tf_reduce_fn(config.strategy)
+    keras.mixed_precision.set_global_policy(config.mixed_precision)
     keras.utils.set_random_seed(config.seed)  # identical initial weights on every rank
     model = build_model(config.model, config.image_size, config.classes)
     local_model = keras.models.clone_model(model)  # the same step without any reduction (exposed sync)
     local_model.set_weights(model.get_weights())
     from horovod_torus.tensorflow.keras import DistributedOptimizer
 
-    # the optimizer path that fit() uses: Optimizer.apply -> GradientReducer -> strategy
-    optimizer = DistributedOptimizer(keras.optimizers.SGD(learning_rate=0.01, momentum=0.9),
-                                     strategy=config.strategy, bucket_bytes=config.bucket_bytes)
-    local_optimizer = keras.optimizers.SGD(learning_rate=0.01, momentum=0.9)
+    def sgd():
+        opt = keras.optimizers.SGD(learning_rate=0.01, momentum=0.9)
+        return keras.optimizers.LossScaleOptimizer(opt) if config.mixed_precision == "mixed_float16" else opt
+
+    # the optimizer path that fit() uses: Optimizer.apply -> GradientReducer -> strategy (scaled gradients)
+    optimizer = DistributedOptimizer(sgd(), strategy=config.strategy, bucket_bytes=config.bucket_bytes)
+    local_optimizer = sgd()
     loss_fn = keras.losses.SparseCategoricalCrossentropy()
     variables = model.trainable_variables
     optimizer.build(variables)
@@ -211,7 +230,9 @@ def run(config: TrainBenchConfig):
     def gradients(m=model):
         with tf.GradientTape() as tape:
             loss = loss_fn(labels, m(images, training=True))
-        return loss, tape.gradient(loss, m.trainable_variables)
+            opt = optimizer if m is model else local_optimizer
+            scaled = opt.scale_loss(loss)   # x loss scale with a LossScaleOptimizer, else unchanged
+        return loss, tape.gradient(scaled, m.trainable_variables)
 
     @tf.function
     def train_step():
@@ -264,7 +285,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="data path of the torus strategy (default: HOROVOD_TORUS_BACKEND, else auto)")
     p.add_argument("--bucket-bytes", type=int, default=None, metavar="B",
                    help="reduce in buckets of >= B bytes, reverse layer order (default: one reduction per step)")
+    p.add_argument("--mixed-precision", default=d.mixed_precision, choices=PRECISIONS,
+                   help="Keras dtype policy (float32); mixed_float16 adds dynamic loss scaling")
     p.add_argument("--json", default=None, metavar="FILE")
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     return p
 
 
@@ -275,7 +299,8 @@ def main(argv=None) -> int:
         config = TrainBenchConfig(strategy=args.strategy, model=args.model, batch_size=args.batch_size, image_size=args.image_size,
                                   classes=args.classes, steps=args.steps, warmup_steps=args.warmup_steps,
                                   sync_iters=args.sync_iters, grid=args.grid,
-                                  torus_backend=args.torus_backend, bucket_bytes=args.bucket_bytes)
+                                  torus_backend=args.torus_backend, bucket_bytes=args.bucket_bytes,
+                                  mixed_precision=args.mixed_precision)
     except (ValueError, ImportError) as e:
         print(f"horovod_torus.bench.train: error: {e}", file=sys.stderr)
         return 2

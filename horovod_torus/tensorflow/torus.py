@@ -102,9 +102,9 @@ class TorusAllreduce:
         self.transport = transport
         self.torus_comm = torus_comm
         self.min_torus_bytes = int(min_torus_bytes)
-        with tf.device("/cpu:0"):
-            self._counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="torus_calls")
-        self._horovod = HorovodTransport(process_sets, self._counter)
+        # init must not start TensorFlow's runtime (users pin GPUs after hvd.init, as with Horovod): the
+        # Horovod transport creates its call counter variable at its first call.
+        self._horovod = HorovodTransport(process_sets)
 
     def __repr__(self) -> str:
         return (f"TorusAllreduce(grid={self.grid}, rank={self.rank}, transport={self.transport!r}, "

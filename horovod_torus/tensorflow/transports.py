@@ -51,10 +51,18 @@ class HorovodTransport:
         name: prefix of the Horovod op names (None: Horovod's automatic names).
     """
 
-    def __init__(self, sets, counter: tf.Variable, name: str | None = None):
+    def __init__(self, sets, name: str | None = None):
         self.sets, self.grid, self.rank = sets, sets.grid, sets.rank
-        self._counter = counter
+        self._counter_var = None
         self._name = name
+
+    @property
+    def _counter(self) -> tf.Variable:
+        """The call counter (int64, CPU), created at the first call, outside any tf.function."""
+        if self._counter_var is None:
+            with tf.init_scope(), tf.device("/cpu:0"):
+                self._counter_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="torus_calls")
+        return self._counter_var
 
     def _op_name(self, suffix):
         return self._name and f"{self._name}_{suffix}"

@@ -23,3 +23,20 @@ def test_train_bench_protocol(hvd, world, strategy):
     assert 0 < result.step_time_s["min"] <= result.step_time_s["avg"] <= result.step_time_s["max"]
     assert sum(host["ranks_per_host"].values()) == size
     assert dataclasses.asdict(result)["strategy"] == strategy
+
+
+def test_train_bench_mixed_float16(hvd, world):
+    """--mixed-precision mixed_float16: float16 layers, float32 softmax, loss-scaled gradients reduced,
+    weights still identical on every rank; the policy is reset afterwards."""
+    import keras
+
+    config = TrainBenchConfig(model="tiny", batch_size=3, image_size=32, classes=10, steps=2, warmup_steps=1,
+                              sync_iters=2, mixed_precision="mixed_float16")
+    try:
+        result, _ = run(config)
+        assert keras.mixed_precision.global_policy().name == "mixed_float16"
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    assert result.replicas_in_sync and result.gradient_bytes == 4 * result.parameters   # float32 variables
+    with pytest.raises(ValueError, match="--mixed-precision 'fp16' unknown"):
+        TrainBenchConfig(mixed_precision="fp16")

@@ -48,3 +48,27 @@ def test_calibrate_from_benchmark_json(tmp_path, capsys):
     assert "1 nodes x 4 ranks" in text
     assert main(["--calibrate", str(bench), "--strategy", "ring"]) == 2
     assert "no rows for strategy 'ring'" in capsys.readouterr().err
+
+
+def test_print_grid_prints_only_the_choice(capsys):
+    from horovod_torus.costmodel import PRESETS, predict
+    assert main(["--preset", "abci", "--nodes", "544", "--print-grid"]) == 0
+    out = capsys.readouterr().out
+    pred = predict(dataclasses_replace(PRESETS["abci"], nodes=544), RESNET50_BYTES[0])
+    assert out == f"{pred.best_grid}\n" and pred.times["torus"] <= pred.times["ring"]
+    assert out == "64x34\n"                          # the README table's best grid for 544 nodes
+    # 8 ABCI nodes: the model's best grid is 1x32, a flat ring: the job runs Horovod's ring
+    assert predict(dataclasses_replace(PRESETS["abci"], nodes=8), RESNET50_BYTES[0]).best_grid.x == 1
+    assert main(["--preset", "abci", "--nodes", "8", "--print-grid"]) == 0
+    assert capsys.readouterr().out == "ring\n"
+
+
+def dataclasses_replace(obj, **changes):
+    import dataclasses
+    return dataclasses.replace(obj, **changes)
+
+
+def test_version_flag(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out.strip().endswith("0.1.0")

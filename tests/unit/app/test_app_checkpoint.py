@@ -49,7 +49,8 @@ def test_failed_save_leaves_previous_intact(tmp_path):
         store.save(2, m, Broken(), {})
     assert store.epochs() == [1] and os.listdir(str(tmp_path)) == ["ckpt-0001"]
     assert _files(store.path(1)) == before
-    store.restore(1, _model(2), _model(2).optimizer)
+    m2 = _model(2)
+    store.restore(1, m2, m2.optimizer)
 
 
 def test_damaged_checkpoint_clear_error_previous_untouched(tmp_path):
@@ -68,7 +69,8 @@ def test_damaged_checkpoint_clear_error_previous_untouched(tmp_path):
     assert store.path(2) in msg and "model.weights.h5 does not match its SHA-256" in msg
     assert f"delete {store.path(2)} to resume from {store.path(1)}" in msg
     assert _files(store.path(1)) == before and _files(store.path(2)) == damaged
-    store.restore(1, _model(1), _model(1).optimizer)     # the previous one still loads
+    m1 = _model(1)
+    store.restore(1, m1, m1.optimizer)                  # the previous one still loads
 
 
 def test_checkpoint_of_another_model(tmp_path):
@@ -79,3 +81,34 @@ def test_checkpoint_of_another_model(tmp_path):
     other.compile(keras.optimizers.SGD(0.1), "mse")
     with pytest.raises(CheckpointError, match="does not fit this model/optimizer"):
         store.restore(1, other, other.optimizer)
+
+
+def _lso_model(seed, wrap=True):
+    keras.utils.set_random_seed(seed)
+    m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4), keras.layers.Dense(2)])
+    opt = keras.optimizers.SGD(0.1, momentum=0.9)
+    m.compile(keras.optimizers.LossScaleOptimizer(opt, initial_scale=64.0) if wrap else opt, "mse")
+    m.fit(np.random.rand(8, 3), np.random.rand(8, 2), epochs=1, verbose=0)
+    return m
+
+
+def test_loss_scale_optimizer_restored_by_name(tmp_path):
+    """The wrapper's loss scale and the inner optimizer's slots land in the same roles, whatever Keras
+    numbered the optimizers and layers in this process; a checkpoint of another optimizer is refused."""
+    from keras_app.checkpoint import optimizer_variable_names
+    store = CheckpointStore(str(tmp_path))
+    a = _lso_model(0)
+    a.optimizer.dynamic_scale.assign(8.0)
+    store.save(1, a, a.optimizer, {})
+    b = _lso_model(1)
+    names = optimizer_variable_names(b.optimizer, b.trainable_variables)
+    assert names[:4] == ["optimizer/iteration", "optimizer/learning_rate", "optimizer/step_counter",
+                         "optimizer/dynamic_scale"]
+    assert "inner_optimizer/var0/momentum" in names and "inner_optimizer/var3/momentum" in names
+    store.restore(1, b, b.optimizer)
+    assert float(b.optimizer.dynamic_scale.numpy()) == 8.0
+    for x, y in zip(a.optimizer.variables, b.optimizer.variables):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    plain = _lso_model(2, wrap=False)
+    with pytest.raises(CheckpointError, match=r"optimizer variables differ.*optimizer/dynamic_scale"):
+        store.restore(1, plain, plain.optimizer)

@@ -33,8 +33,11 @@ def test_batch_not_divisible_by_world_size():
 
 
 def test_bad_values_named():
-    with pytest.raises(ValueError, match="train.strategy='tree'"):
-        parse_args(["--strategy", "tree"]).validate()
+    with pytest.raises(SystemExit):                  # argparse choices: --help lists the allowed values
+        parse_args(["--strategy", "tree"])
+    from keras_app.config import from_dict
+    with pytest.raises(ValueError, match="train.strategy='tree'"):   # a --config file is checked too
+        from_dict({"train": {"strategy": "tree"}}).validate()
     with pytest.raises(ValueError, match="batch schedule '0:256,x'"):
         parse_args(["--batch-schedule", "0:256,x"]).validate()
     with pytest.raises(ValueError, match="image_size=28"):

@@ -1,0 +1,24 @@
+"""python -m horovod_torus.doctor on every rank of a real launch: one OK line per rank (rank 0 prints them
+in rank order), the launch's grid and transport, local ranks as the launcher placed them, exit status 0."""
+import os
+import re
+
+
+def test_doctor_all_ranks_ok(hvd, world, capsys):
+    from horovod_torus.doctor import main
+    size, rank = world
+    assert main([]) == 0
+    out = capsys.readouterr().out.splitlines()
+    if rank == 0:
+        lines = [l for l in out if l.startswith("doctor: rank ")]
+        assert len(lines) == size
+        grid = os.environ["HOROVOD_TORUS_GRID"]
+        for r, line in enumerate(lines):
+            m = re.match(rf"doctor: rank {r}/{size} host \S+ local (\d+)/(\d+) gpu none \(CPU\) \| built (\S+) \| "
+                         rf"controller (MPI|Gloo), MPI threads [^|]+ \| grid {grid}, transport (mpi|horovod) \| OK$",
+                         line)
+            assert m, line
+            assert int(m.group(1)) == r % int(m.group(2)) and "Gloo" in m.group(3).split(",")
+        assert out[-1].startswith(f"doctor: {size} of {size} ranks OK, grid {grid}")
+    else:
+        assert out == []

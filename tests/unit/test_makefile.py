@@ -1,0 +1,61 @@
+"""Makefile recipes, read with `make -n` (nothing is installed): the GPU stack, the apt-less set-up on a
+machine with its own MPI (run for real on the stamp target), and `make demo NP=N` for N = 1, 2, 4, 6, 8."""
+import os
+import shutil
+import subprocess
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _make(tmp_path, *args, path=None):
+    env = {**os.environ, "PATH": path or os.environ["PATH"]}
+    return subprocess.run(["make", "-C", ROOT, f"VENV={tmp_path}/venv", *args], env=env, capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_gpu_setup_installs_gpu_tensorflow_and_builds_nccl(tmp_path):
+    gpu = _make(tmp_path, "-n", "setup", "GPU=1").stdout
+    assert "pip install -q -r requirements-gpu.txt -c constraints-gpu.txt" in gpu
+    assert "HOROVOD_GPU_OPERATIONS=NCCL" in gpu and "for w in TensorFlow MPI Gloo NCCL" in gpu
+    cpu = _make(tmp_path, "-n", "setup").stdout
+    assert "pip install -q -r requirements.txt -c constraints.txt" in cpu
+    assert "NCCL" not in cpu
+    pins = {p: open(os.path.join(ROOT, p)).read() for p in ("requirements-gpu.txt", "constraints-gpu.txt")}
+    assert "tensorflow[and-cuda]==2.18.1" in pins["requirements-gpu.txt"] and "tensorflow-cpu" not in pins[
+        "requirements-gpu.txt"]
+    assert "\ntensorflow==2.18.1\n" in pins["constraints-gpu.txt"] and "tensorflow_cpu" not in pins["constraints-gpu.txt"]
+
+
+def _path_without_apt(tmp_path, with_mpi):
+    bin_dir = tmp_path / ("bin-mpi" if with_mpi else "bin")
+    bin_dir.mkdir()
+    for tool in ("bash", "sh", "mkdir", "touch", "make", "id", "dpkg") + (("mpicc", "mpirun") if with_mpi else ()):
+        found = shutil.which(tool)
+        if found:
+            os.symlink(found, bin_dir / tool)
+    return str(bin_dir)
+
+
+def test_setup_without_apt_uses_the_site_mpi(tmp_path):
+    stamp = tmp_path / "venv" / ".stamps" / "apt"
+    ok = _make(tmp_path, str(stamp), path=_path_without_apt(tmp_path, with_mpi=True))
+    assert ok.returncode == 0, ok.stderr
+    assert "no apt-get here; using the MPI on PATH" in ok.stdout and stamp.exists()
+    stamp.unlink()
+    bad = _make(tmp_path, str(stamp), path=_path_without_apt(tmp_path, with_mpi=False))
+    assert bad.returncode != 0 and "no apt-get and no MPI on PATH" in bad.stderr and not stamp.exists()
+
+
+@pytest.mark.parametrize("np_", [1, 2, 4, 6, 8])
+def test_demo_any_rank_count(tmp_path, np_):
+    line = [l for l in _make(tmp_path, "-n", "demo", f"NP={np_}").stdout.replace("\\\n", " ").splitlines()
+            if "run_local.sh" in l][0]
+    words = subprocess.run(["bash", "-c", f"printf '%s\\n' {line.split('run_local.sh', 1)[1]}"],
+                           capture_output=True, text=True, check=True).stdout.split()
+    assert words[0] == str(np_)
+    assert ("--grid" in words) == (np_ == 4) and (np_ != 4 or words[words.index("--grid") + 1] == "2x2")
+    schedule = words[words.index("--batch-schedule") + 1]
+    batches = [int(item.split(":")[1]) for item in schedule.split(",")]
+    assert all(b % np_ == 0 for b in batches) and 256 - np_ < batches[0] <= 256 and 512 - np_ < batches[1] <= 512

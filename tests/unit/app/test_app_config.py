@@ -33,11 +33,13 @@ def test_batch_not_divisible_by_world_size():
 
 
 def test_bad_values_named():
-    with pytest.raises(SystemExit):                  # argparse choices: --help lists the allowed values
-        parse_args(["--strategy", "tree"])
     from keras_app.config import from_dict
-    with pytest.raises(ValueError, match="train.strategy='tree'"):   # a --config file is checked too
+    with pytest.raises(ValueError, match="unknown all-reduce strategy 'tree'"):   # any registered name
+        parse_args(["--strategy", "tree"]).validate()
+    with pytest.raises(ValueError, match="unknown all-reduce strategy 'tree'"):   # a --config file too
         from_dict({"train": {"strategy": "tree"}}).validate()
+    with pytest.raises(ImportError, match="'no_such_strategies_mod' cannot be imported"):
+        parse_args(["--strategy-module", "no_such_strategies_mod"]).validate()
     with pytest.raises(ValueError, match="batch schedule '0:256,x'"):
         parse_args(["--batch-schedule", "0:256,x"]).validate()
     with pytest.raises(ValueError, match="image_size=28"):

@@ -9,8 +9,6 @@ from __future__ import annotations
 import horovod.tensorflow as _hvd
 import tensorflow as tf
 
-from horovod_torus.scaling import postscale as _postscale
-from horovod_torus.scaling import prescale as _prescale
 from horovod_torus.scaling import scale
 from horovod_torus.strategies.registry import DEFAULT_STRATEGY, resolve_strategy
 
@@ -31,20 +29,25 @@ def check_process_set(process_set) -> None:
 
 def reduce_sparse(g: tf.IndexedSlices, op, prescale_factor=1.0, postscale_factor=1.0, name=None):
     """All-reduce a ``tf.IndexedSlices`` the Horovod way: all-gather values and indices over all ranks
-    (the dense tensors they represent are summed), scaled like the dense path (pre-scale, then
-    post-scale with 1/N for Average, :mod:`horovod_torus.scaling`). Horovod 0.28.1 ignores the scale
-    factors of a sparse all-reduce; here they apply, so sparse and dense gradients agree.
+    (the dense tensors they represent are summed; Average divides the values by N). The one sparse path of
+    ``allreduce``, ``grouped_allreduce``, ``DistributedOptimizer`` and ``DistributedGradientTape``.
 
-    Raises:
-        ValueError: an op other than Average or Sum (use ``sparse_as_dense=True`` for the others).
+    Raises (as Horovod 0.28.1 does):
+        NotImplementedError: an op other than Average or Sum, or a pre/post-scale factor other than 1
+            (e.g. ``gradient_predivide_factor``); pass ``sparse_as_dense=True`` to reduce such gradients
+            as dense tensors.
     """
     if op not in (_hvd.Average, _hvd.Sum):
-        raise ValueError(f"op={op!r} is not supported for tf.IndexedSlices; use op=Average or Sum, or "
-                         f"sparse_as_dense=True")
-    values = scale(g.values, _prescale(prescale_factor))
-    values = _hvd.allgather(values, name=name and f"{name}_values")
+        raise NotImplementedError(f"op={op!r} is not supported for tf.IndexedSlices (Horovod's rule): use "
+                                  f"op=Average or Sum, or sparse_as_dense=True")
+    if prescale_factor != 1.0 or postscale_factor != 1.0:
+        raise NotImplementedError(f"prescale_factor={prescale_factor}/postscale_factor={postscale_factor} are "
+                                  f"not supported for tf.IndexedSlices (Horovod's rule; e.g. from "
+                                  f"gradient_predivide_factor): use sparse_as_dense=True")
+    values = _hvd.allgather(g.values, name=name and f"{name}_values")
     indices = _hvd.allgather(g.indices, name=name and f"{name}_indices")
-    values = scale(values, _postscale(postscale_factor, _hvd.size() if op == _hvd.Average else 1))
+    if op == _hvd.Average:
+        values = scale(values, 1.0 / _hvd.size())
     return tf.IndexedSlices(values, indices, dense_shape=g.dense_shape)
 
 

@@ -124,8 +124,8 @@ def _ms(t):
 
 def describe_cluster(c: Cluster) -> str:
     return (f"cluster {c.name}: {c.nodes} nodes x {c.ranks_per_node} ranks = {c.size} ranks; intra-node "
-            f"{c.intra.alpha * 1e6:.2f} us, {c.intra.bandwidth / 1e9:.2f} GB/s per pair; inter-node "
-            f"{c.inter.alpha * 1e6:.2f} us, {c.inter.bandwidth / 1e9:.2f} GB/s per node"
+            f"{c.intra.alpha * 1e6:.2f} us, {c.intra.bandwidth / 1e9:.3g} GB/s per pair; inter-node "
+            f"{c.inter.alpha * 1e6:.2f} us, {c.inter.bandwidth / 1e9:.3g} GB/s per node"
             + (f" ({c.nics} NICs of {c.inter.bandwidth / c.nics / 1e9:.3f} GB/s, one rail each)" if c.nics > 1 else "")
             + f"; gamma {c.gamma * 1e12:.2f} ps/B")
 

@@ -189,17 +189,19 @@ def cluster(spec: ClusterSpec, log=None):
 
 
 def launch(spec: ClusterSpec, files: ClusterFiles, argv, node: int = 0, timeout: float | None = None,
-           env=None, log=None) -> int:
+           env=None, log=None, stdout=None) -> int:
     """Run ``argv`` inside node ``node`` (e.g. a launcher line from :mod:`horovod_torus.cluster.launch`).
 
-    ``files.bin`` (the ssh shim) goes first on PATH. On a timeout or Ctrl-C the launcher is ended and so are
+    ``files.bin`` (the ssh shim) goes first on PATH; ``stdout``: a file for stdout and stderr (default: ours). On a timeout or Ctrl-C the launcher is ended and so are
     the processes it left in the cluster's namespaces. Returns the exit code (124 on a timeout).
     """
     from horovod_torus.cluster.launch import in_node
 
     env = dict(os.environ if env is None else env)
     env["PATH"] = files.bin + os.pathsep + env.get("PATH", "")
-    proc = subprocess.Popen(in_node(files, spec, argv, node), env=env)
+    proc = subprocess.Popen(in_node(files, spec, argv, node), env=env, stdout=stdout,
+                            stderr=subprocess.STDOUT if stdout is not None else None,
+                            stdin=subprocess.DEVNULL if stdout is not None else None)
     try:
         return proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:

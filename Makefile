@@ -10,12 +10,14 @@ HVD_FLAGS := HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1 \
              HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1
 NP ?= 4
 
-.PHONY: help setup test unit parallel demo bench clean
+.PHONY: help setup test unit parallel demo bench cluster-bench cluster-train clean
 help:
 	@echo "make setup   install apt packages, .venv, the pinned stack and Horovod 0.28.1 (idempotent)"
 	@echo "make test    setup + unit tests + multi-rank tests under mpirun and horovodrun"
 	@echo "make demo    setup + ResNet-50 on Fashion-MNIST, 4 ranks on a 2x2 torus"
 	@echo "make bench   setup + the all-reduce benchmark sweep (mpi_scripts/bench.sh)"
+	@echo "make cluster-bench  setup + all-reduce on an emulated 4-node cluster, node and rails wirings (root)"
+	@echo "make cluster-train  setup + ResNet-50 torus vs ring on the emulated rails cluster (root)"
 
 setup: $(STAMPS)/horovod $(STAMPS)/project
 	@$(VENV)/bin/horovodrun --check-build | tee $(STAMPS)/check-build.txt
@@ -54,12 +56,19 @@ parallel: setup
 test: setup
 	$(PY) -m pytest -q tests/unit
 	@bash tests/parallel/run_all.sh
+	@bash tests/cluster/run.sh
 
 demo: setup
 	@bash mpi_scripts/run_local.sh $(NP) --preset fashion_mnist_demo --grid 2x2
 
 bench: setup
 	@bash mpi_scripts/bench.sh
+
+cluster-bench: setup
+	$(PY) -m horovod_torus.cluster.bench --out runs/cluster_bench
+
+cluster-train: setup
+	@bash mpi_scripts/cluster_train.sh
 
 clean:
 	rm -rf $(VENV) build *.egg-info runs

@@ -95,6 +95,7 @@ def _run(args) -> int:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    net.interrupt_on_sigterm()
     try:
         if args.cmd == "up":
             spec = spec_from_args(args)

@@ -213,6 +213,7 @@ def main(argv=None) -> int:
     except ValueError as e:
         print(f"horovod_torus.cluster.bench: error: {e}", file=sys.stderr)
         return 2
+    net.interrupt_on_sigterm()
     raw = os.path.join(args.out, "raw")
     os.makedirs(raw, exist_ok=True)
     facts_path = os.path.join(raw, "facts.json")

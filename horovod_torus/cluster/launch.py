@@ -4,8 +4,9 @@ Both launchers run INSIDE node0 (through the agent), so that the remote daemons 
 emulated network:
 
 * Open MPI: ``mpirun --hostfile`` with ``plm_rsh_agent`` = the agent, ``btl tcp,vader,self`` (shared memory
-  inside a node, TCP between nodes), the out-of-band channel on eth0, and every rank wrapped by bindnic
-  (which sets ``btl_tcp_if_include`` to its own NIC);
+  inside a node, TCP between nodes), the out-of-band channel on eth0, ``mpi_yield_when_idle 1`` (all nodes
+  share the machine's cores), and every rank wrapped by bindnic (which sets ``btl_tcp_if_include`` to its
+  own NIC);
 * horovodrun (Gloo): ``horovodrun --gloo -H node0:L,...`` with the ssh shim first on PATH, the driver on
   eth0, every rank wrapped by bindnic (which sets ``HOROVOD_GLOO_IFACE`` to its own NIC).
 """
@@ -89,7 +90,10 @@ def mpirun_argv(spec: ClusterSpec, files: ClusterFiles, command, np: int | None 
             "--mca", "plm", "rsh", "--mca", "plm_rsh_agent", files.agent, "--mca", "plm_rsh_no_tree_spawn", "1",
             "--mca", "btl", "tcp,vader,self",
             "--mca", "btl_tcp_if_include", ",".join(spec.nic_name(k) for k in range(spec.nics)),
-            "--mca", "oob_tcp_if_include", spec.nic_name(0)]
+            "--mca", "oob_tcp_if_include", spec.nic_name(0),
+            # every "node" shares this machine's cores: a rank waiting in MPI yields its core instead of
+            # spinning (Open MPI would spin: each node's slots are not oversubscribed in its eyes)
+            "--mca", "mpi_yield_when_idle", "1"]
     for name, value in mca:
         argv += ["--mca", str(name), str(value)]
     names = list(dict.fromkeys([*FORWARDED_ENV, *sorted(k for k in environ if k.startswith("HOROVOD_")),

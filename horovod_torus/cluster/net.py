@@ -23,7 +23,7 @@ from horovod_torus.cluster.layout import ClusterSpec
 from horovod_torus.cluster.scripts import agent_text, bindnic_text, ssh_shim_text
 
 __all__ = ["ClusterError", "files_for", "require_root", "up", "down", "load", "is_up", "cluster",
-           "namespaces_of", "end_processes", "launch"]
+           "namespaces_of", "end_processes", "launch", "interrupt_on_sigterm"]
 
 DEFAULT_ROOT = "/tmp/horovod-torus-cluster"
 
@@ -173,19 +173,34 @@ def load(name: str) -> tuple[ClusterSpec, ClusterFiles]:
         return ClusterSpec.from_dict(json.load(f)), files
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+
+def interrupt_on_sigterm() -> None:
+    """Turn SIGTERM (e.g. ``kill``, ``timeout``) into KeyboardInterrupt, so the clean-up code runs, as on
+    Ctrl-C (a process started in the background by a non-interactive shell even ignores SIGINT)."""
+    signal.signal(signal.SIGTERM, _interrupt)
+
+
 @contextlib.contextmanager
 def cluster(spec: ClusterSpec, log=None):
-    """``with cluster(spec) as files:`` up on entry, down on exit (also on errors and Ctrl-C)."""
-    files = up(spec, log=log)
+    """``with cluster(spec) as files:`` up on entry, down on exit (also on errors, Ctrl-C and SIGTERM)."""
+    old_term = signal.signal(signal.SIGTERM, _interrupt)
     try:
-        yield files
-    finally:
-        # a second Ctrl-C while tearing down must not leave namespaces behind
-        old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        files = up(spec, log=log)
         try:
-            down(spec.name, log=log)
+            yield files
         finally:
-            signal.signal(signal.SIGINT, old)
+            # a second Ctrl-C or SIGTERM while tearing down must not leave namespaces behind
+            old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            try:
+                down(spec.name, log=log)
+            finally:
+                signal.signal(signal.SIGINT, old_int)
+    finally:
+        signal.signal(signal.SIGTERM, old_term)
 
 
 def launch(spec: ClusterSpec, files: ClusterFiles, argv, node: int = 0, timeout: float | None = None,

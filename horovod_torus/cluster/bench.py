@@ -58,6 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", default="htcb", help="cluster name (namespace prefix) (htcb)")
     p.add_argument("--launch-timeout", type=float, default=1500, help="seconds per launch (1500)")
     p.add_argument("--from-raw", action="store_true", help="no runs: recompute from OUT/raw")
+    p.add_argument("--only", nargs="+", default=None, metavar="LABEL",
+                   help="rerun only these launches (intra, mpirun, mpi-<algorithm>, gloo) into OUT/raw, keeping "
+                        "the others' results, then recompute")
     return p
 
 
@@ -100,12 +103,14 @@ def run_all(args, raw) -> dict:
     for i, wiring in enumerate(args.wirings):
         spec = ClusterSpec(nodes=n, ranks_per_node=L, wiring=wiring, rate_mbit=rate, name=args.name)
         with net.cluster(spec, log=_log) as files:
-            if i == 0 and L > 1:  # the intra-node link: L ranks on node0 (shared memory)
+            if i == 0 and L > 1 and (args.only is None or "intra" in args.only):  # intra-node link: node0
                 intra = Launch("intra", "mpirun", ("mpi",))
                 cmd = _bench_command(python, args, f"{L}x1", intra, os.path.join(raw, "intra.json"))
                 if _run_launch(spec, files, intra, cmd, os.path.join(raw, "intra.log"), args.launch_timeout, env, np=L):
                     failed.append("intra")
             for launch in launches(args.algorithms):
+                if args.only is not None and launch.label not in args.only:
+                    continue
                 out = os.path.join(raw, f"{wiring}-{launch.label}.json")
                 cmd = _bench_command(python, args, grid, launch, out)
                 if _run_launch(spec, files, launch, cmd, out[:-5] + ".log", args.launch_timeout, env):
@@ -224,6 +229,12 @@ def main(argv=None) -> int:
         else:
             net.require_root()
             facts = run_all(args, raw)
+            if args.only is not None and os.path.exists(facts_path):  # keep the earlier launches' facts
+                with open(facts_path) as f:
+                    old = json.load(f)
+                facts = {"failed": [x for x in old["failed"] if x.split("-", 1)[-1] not in args.only] + facts["failed"],
+                         "load": old["load"] + facts["load"], "reruns": old.get("reruns", []) + [
+                             {"wirings": args.wirings, "only": args.only, "load": facts["load"]}]}
             write_json_atomic(facts_path, facts)
         result = analyse(args, raw, facts)
     except (ValueError, OSError, net.ClusterError) as e:
@@ -234,7 +245,7 @@ def main(argv=None) -> int:
         return 130
     doc = {"description": f"all-reduce on an emulated cluster: {args.nodes} nodes x {args.ranks_per_node} ranks, "
                           f"{args.rate} per NIC and direction, float32, grid {result['grid']}",
-           "config": {k: v for k, v in vars(args).items() if k not in ("from_raw",)},
+           "config": {k: v for k, v in vars(args).items() if k not in ("from_raw", "only", "wirings")},
            **result, "failed_launches": facts["failed"], "load": facts["load"]}
     write_json_atomic(os.path.join(args.out, "bench.json"), doc)
     plot_rows(result["rows"], os.path.join(args.out, "bench.png"), doc["description"])

@@ -177,9 +177,11 @@ class ClusterSpec:
         """The switch namespace's address on rail k (``.254``), the router between rails."""
         return str(self.rail_network(k).network_address + 254)
 
-    def hosts_text(self) -> str:
-        """/etc/hosts seen inside the cluster: localhost, and every node's name at its NIC 0."""
-        lines = ["127.0.0.1\tlocalhost"] + [f"{self.address(i, 0)}\t{self.hostname(i)}" for i in range(self.nodes)]
+    def hosts_text(self, node: int | None = None, nic: int = 0) -> str:
+        """/etc/hosts seen inside the cluster: localhost, and every node's name at its NIC 0; with ``node``,
+        that node's own name at its NIC ``nic`` instead (the view of a rank bound to that NIC)."""
+        lines = ["127.0.0.1\tlocalhost"] + [
+            f"{self.address(i, nic if i == node else 0)}\t{self.hostname(i)}" for i in range(self.nodes)]
         return "\n".join(lines) + "\n"
 
     def hostfile_text(self, ranks_per_node: int | None = None) -> str:

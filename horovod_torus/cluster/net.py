@@ -20,7 +20,7 @@ import time
 
 from horovod_torus.cluster.launch import ClusterFiles
 from horovod_torus.cluster.layout import ClusterSpec
-from horovod_torus.cluster.scripts import agent_text, bindnic_text, ssh_shim_text
+from horovod_torus.cluster.scripts import agent_text, bindnic_text, rank_hosts_name, ssh_shim_text
 
 __all__ = ["ClusterError", "files_for", "require_root", "up", "down", "load", "is_up", "cluster",
            "namespaces_of", "end_processes", "launch", "interrupt_on_sigterm"]
@@ -81,7 +81,10 @@ def _write_files(spec: ClusterSpec, files: ClusterFiles) -> None:
     _write(files.hostfile, spec.hostfile_text())
     _write(files.agent, agent_text(spec, files.hosts), 0o755)
     _write(os.path.join(files.bin, "ssh"), ssh_shim_text(files.agent), 0o755)
-    _write(files.bindnic, bindnic_text(spec), 0o755)
+    _write(files.bindnic, bindnic_text(spec, files.dir), 0o755)
+    for i in range(spec.nodes):
+        for k in range(spec.nics):
+            _write(os.path.join(files.dir, rank_hosts_name(spec.hostname(i), spec.nic_name(k))), spec.hosts_text(i, k))
     _write(files.description, json.dumps(spec.planner_description(), indent=2) + "\n")
     _write(files.state, json.dumps(spec.as_dict(), indent=2) + "\n")
 

@@ -8,7 +8,9 @@
 * **bindnic**: the per-rank wrapper: reads the rank's local rank (``OMPI_COMM_WORLD_LOCAL_RANK`` under
   mpirun, ``HOROVOD_LOCAL_RANK`` under horovodrun) and binds the rank to NIC eth(local rank mod K) by
   exporting ``OMPI_MCA_btl_tcp_if_include`` (Open MPI's TCP transport) and ``HOROVOD_GLOO_IFACE``
-  (Horovod's Gloo transport), then execs the command.
+  (Horovod's Gloo transport), then execs the command; under horovodrun with several NICs, in a private
+  mount namespace where /etc/hosts maps its node's name to its own NIC (Horovod 0.28.1's Gloo process
+  sets ignore HOROVOD_GLOO_IFACE and take the host name's address).
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import shlex
 
 from horovod_torus.cluster.layout import ClusterSpec
 
-__all__ = ["agent_text", "ssh_shim_text", "bindnic_text"]
+__all__ = ["agent_text", "ssh_shim_text", "bindnic_text", "rank_hosts_name"]
 
 # ssh options that take an argument (OpenSSH's getopt string "b:c:D:E:e:F:I:i:J:L:l:m:O:o:p:Q:R:S:W:w:")
 _SSH_ARG_OPTS = "bcDEeFIiJLlmOopQRSWw"
@@ -67,8 +69,27 @@ def ssh_shim_text(agent_path: str) -> str:
            f"exec {shlex.quote(agent_path)} \"$@\"\n"
 
 
-def bindnic_text(spec: ClusterSpec) -> str:
-    """The per-rank wrapper that binds each rank to NIC eth(local rank mod nics)."""
+def rank_hosts_name(hostname: str, nic: str) -> str:
+    """File name of the hosts file a rank of ``hostname`` bound to ``nic`` sees (in the cluster's dir)."""
+    return f"hosts.{hostname}.{nic}"
+
+
+def bindnic_text(spec: ClusterSpec, hosts_dir: str | None = None) -> str:
+    """The per-rank wrapper that binds each rank to NIC eth(local rank mod nics).
+
+    Under horovodrun with several NICs it also gives the rank a private /etc/hosts (``hosts_dir``/
+    :func:`rank_hosts_name`) in which its node's name resolves to its own NIC's address: Horovod 0.28.1
+    builds the Gloo device of every process set (the torus' rows and columns) without HOROVOD_GLOO_IFACE,
+    from the address of the host name, so without this all process-set traffic would use NIC 0.
+    """
+    hosts = ""
+    if spec.nics > 1 and hosts_dir is not None:
+        hosts = f"""if [ -z "${{OMPI_COMM_WORLD_LOCAL_RANK:-}}" ] && [ -n "${{HOROVOD_LOCAL_RANK:-}}" ]; then
+  # Gloo process sets resolve the host name for their address: make it this rank's NIC
+  exec unshare --mount -- /bin/bash -c 'mount --bind "$1" /etc/hosts && shift && exec "$@"' bindnic \
+    {shlex.quote(hosts_dir)}/hosts."$(hostname)".$nic "$@"
+fi
+"""
     return f"""#!/bin/bash
 # Binds this rank to its NIC on the emulated cluster {spec.name!r} ({spec.wiring} wiring, {spec.nics} NIC(s) per node),
 # then runs the command. Local rank from OMPI_COMM_WORLD_LOCAL_RANK (mpirun) or HOROVOD_LOCAL_RANK (horovodrun).
@@ -79,5 +100,5 @@ if [ -z "$lr" ]; then
 fi
 nic=eth$((lr % {spec.nics}))
 export OMPI_MCA_btl_tcp_if_include=$nic HOROVOD_GLOO_IFACE=$nic HOROVOD_TORUS_CLUSTER_NIC=$nic
-exec "$@"
+{hosts}exec "$@"
 """

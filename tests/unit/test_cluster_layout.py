@@ -211,3 +211,28 @@ def test_horovodrun_argv_and_in_node():
     assert argv[:6] == ["horovodrun", "--gloo", "--disable-cache", "-np", "3", "-H"]
     assert argv[6] == "node0:2,node1:2" and argv[-3:] == ["/c/htc/bindnic", "python", "t.py"]
     assert in_node(f, s, ["echo", "a b"]) == ["/c/htc/agent", "node0", "echo 'a b'"]
+
+
+def test_rank_hosts_files_map_the_node_to_the_ranks_nic():
+    s = ClusterSpec(nodes=2, ranks_per_node=2, wiring="rails")
+    assert s.hosts_text(1, 1) == "127.0.0.1\tlocalhost\n10.213.0.1\tnode0\n10.213.1.2\tnode1\n"
+    assert s.hosts_text(0, 0) == s.hosts_text()
+
+
+def test_bindnic_under_horovodrun_mounts_the_ranks_hosts_file(tmp_path, fake_ip):
+    """Gloo process sets take the host name's address: under horovodrun the wrapper re-execs the rank in a
+    private mount namespace with hosts.<node>.<nic> on /etc/hosts (a fake unshare prints its arguments)."""
+    s = ClusterSpec(nodes=2, ranks_per_node=2, wiring="rails")
+    bind = _script(tmp_path, "bindnic", bindnic_text(s, "/c/htc"))
+    fake = os.path.join(fake_ip["PATH"].split(":")[0], "unshare")
+    with open(fake, "w") as f:
+        f.write('#!/bin/bash\nprintf "%s\\n" "$@"\n')
+    os.chmod(fake, 0o755)
+    base = {k: v for k, v in fake_ip.items() if k not in ("OMPI_COMM_WORLD_LOCAL_RANK", "HOROVOD_LOCAL_RANK")}
+    out = subprocess.run([bind, "python", "x.py"], env={**base, "HOROVOD_LOCAL_RANK": "1"}, capture_output=True,
+                         text=True, check=True).stdout.splitlines()
+    assert out[:2] == ["--mount", "--"] and out[-3:] == [f"/c/htc/hosts.{os.uname().nodename}.eth1", "python", "x.py"]
+    # under mpirun (Open MPI binds by btl_tcp_if_include) the command runs directly
+    out = subprocess.run([bind, "echo", "direct"], env={**base, "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+                                                         "HOROVOD_LOCAL_RANK": "1"}, capture_output=True, text=True)
+    assert out.stdout == "direct\n"

@@ -28,7 +28,7 @@ from horovod_torus.cluster.launch import horovodrun_argv, mpirun_argv
 from horovod_torus.cluster.layout import WIRINGS, ClusterSpec, parse_rate
 from horovod_torus.cluster.results import (
     OMPI_ALGORITHMS, Launch, add_predictions, fit_link, fit_or_origin, format_rows_table, format_targets, launches,
-    make_cluster, rows_from_doc, target_ratios,
+    label, make_cluster, rows_from_doc, target_ratios,
 )
 from horovod_torus.costmodel import model_coefficients
 
@@ -128,17 +128,15 @@ def plot_rows(rows, path, title):
 
     wirings = [w for w in WIRINGS if any(r["wiring"] == w for r in rows)]
     fig, axes = plt.subplots(1, len(wirings), figsize=(6.5 * len(wirings), 5), squeeze=False, sharey=True)
-    keys = list(dict.fromkeys((r["strategy"], r["launcher"]) for r in rows))
-    colors = dict(zip(keys, plt.cm.tab10.colors))
+    keys = list(dict.fromkeys(label(r) for r in rows))
+    colors = dict(zip(keys, list(plt.cm.tab10.colors) + list(plt.cm.Dark2.colors)))
     for ax, wiring in zip(axes[0], wirings):
         for key in keys:
-            sel = sorted((r for r in rows if r["wiring"] == wiring and (r["strategy"], r["launcher"]) == key),
-                         key=lambda r: r["size_bytes"])
+            sel = sorted((r for r in rows if r["wiring"] == wiring and label(r) == key), key=lambda r: r["size_bytes"])
             if not sel:
                 continue
             x = [r["size_bytes"] / 1024 ** 2 for r in sel]
-            label = f"{key[0]} ({'gloo' if key[1] == 'horovodrun' else key[1]})"
-            ax.plot(x, [r["time_s"] for r in sel], "o-", color=colors[key], label=label)
+            ax.plot(x, [r["time_s"] for r in sel], "o-", color=colors[key], label=key, markersize=3)
             if all(r.get("predicted_s") is not None for r in sel):
                 ax.plot(x, [r["predicted_s"] for r in sel], "--", color=colors[key], alpha=0.7)
         ax.set_xscale("log", base=2)
@@ -161,7 +159,10 @@ def analyse(args, raw, facts) -> dict:
     grid = f"{L}x{n}"
     rate = parse_rate(args.rate)
     rows, hosts = [], {}
-    for wiring in args.wirings:
+    # every wiring with results in raw (a rerun of one wiring keeps the other's rows)
+    wirings = [w for w in WIRINGS if any(os.path.exists(os.path.join(raw, f"{w}-{l.label}.json"))
+                                         for l in launches(args.algorithms))]
+    for wiring in wirings:
         for launch in launches(args.algorithms):
             path = os.path.join(raw, f"{wiring}-{launch.label}.json")
             if not os.path.exists(path):
@@ -191,7 +192,7 @@ def analyse(args, raw, facts) -> dict:
         intra, intra_rms = fit_or_origin([r["size_bytes"] for r in irows], [r["time_us"]["max"] * 1e-6 for r in irows],
                                          a, b)
     clusters = {}
-    for wiring in args.wirings:
+    for wiring in wirings:
         spec = ClusterSpec(nodes=n, ranks_per_node=L, wiring=wiring, rate_mbit=rate, name=args.name)
         clusters[wiring] = make_cluster(n, L, spec.nics, intra, nic_link, name=f"cluster-in-a-box {wiring}")
         desc = spec.planner_description(inter_latency_us=nic_link.alpha * 1e6, intra_latency_us=intra.alpha * 1e6,
@@ -205,8 +206,9 @@ def analyse(args, raw, facts) -> dict:
                    "nominal_Bps_per_nic": rate * 1e6 / 8 if rate else None,
                    "intra_alpha_s": intra.alpha, "intra_bandwidth_Bps": intra.bandwidth,
                    "intra_rms_relative_residual": intra_rms}
-    targets = {w: target_ratios(rows, w) for w in args.wirings}
-    return {"rows": rows, "calibration": calibration, "targets": targets, "ranks_per_host": hosts, "grid": grid}
+    targets = {w: target_ratios(rows, w) for w in wirings}
+    return {"rows": rows, "calibration": calibration, "targets": targets, "ranks_per_host": hosts, "grid": grid,
+            "wirings": wirings}
 
 
 def main(argv=None) -> int:
@@ -254,15 +256,15 @@ def main(argv=None) -> int:
           f"{c['inter_bandwidth_Bps_per_nic'] * 8 / 1e6:.0f} Mbit/s per NIC (nominal "
           f"{(c['nominal_Bps_per_nic'] or 0) * 8 / 1e6:.0f}), rms residual {c['inter_rms_relative_residual']:.1%}; "
           f"intra-node: alpha {c['intra_alpha_s'] * 1e6:.0f} us, {c['intra_bandwidth_Bps'] / 1e9:.2f} GB/s")
-    for w in args.wirings:
+    for w in result["wirings"]:
         print(f"\n## {w} wiring: time per all-reduce in s, slowest rank (model's prediction)\n")
         print(format_rows_table(result["rows"], w))
-    for w in args.wirings:
+    for w in result["wirings"]:
         print(f"\n## targets, {w} wiring\n")
         print(format_targets(result["targets"][w]))
     from horovod_torus import plan
 
-    for w in args.wirings:
+    for w in result["wirings"]:
         print(f"\n## planner on the calibrated {w} cluster\n")
         plan.main(["--cluster", os.path.join(args.out, f"cluster-{w}.json"), "--bytes", "8M", "32M", "--top", "3"])
     print(f"\nwrote {os.path.join(args.out, 'bench.json')} and bench.png; failed launches: {facts['failed'] or 'none'}")

@@ -30,7 +30,7 @@ from horovod_torus.costmodel import (
 )
 
 __all__ = ["Launch", "OMPI_ALGORITHMS", "MODEL_OF", "launches", "rows_from_doc", "fit_link", "make_cluster",
-           "predict_row", "add_predictions", "fit_or_origin", "target_ratios", "format_rows_table", "format_targets",
+           "predict_row", "add_predictions", "fit_or_origin", "label", "forced_algorithm", "target_ratios", "format_rows_table", "format_targets",
            "TARGET_SIZES"]
 
 #: Open MPI 4.1 coll_tuned_allreduce_algorithm numbers (ompi_info --param coll tuned --level 9).
@@ -69,8 +69,11 @@ class Launch:
     bench_args: tuple = ()
 
 
-def launches(algorithms=("ring", "rabenseifner")) -> list[Launch]:
+def launches(algorithms=("ring", "rabenseifner"), everything_under=("ring",)) -> list[Launch]:
     """The launches of one wiring: every strategy under mpirun, each forced Open MPI algorithm, Gloo.
+
+    A forced algorithm in ``everything_under`` also reruns torus, ring and mpi-torus with it (their
+    MPI_Allreduce calls, e.g. the torus' column phase, then use it); the others run the flat call only.
 
     Raises:
         ValueError: an algorithm name outside OMPI_ALGORITHMS.
@@ -81,11 +84,21 @@ def launches(algorithms=("ring", "rabenseifner")) -> list[Launch]:
         if alg not in OMPI_ALGORITHMS:
             raise ValueError(f"Open MPI all-reduce algorithm {alg!r} is unknown: choose among "
                              f"{', '.join(OMPI_ALGORITHMS)}")
-        out.append(Launch(f"mpi-{alg}", "mpirun", ("mpi",), rename={"mpi": f"mpi-{alg}"},
+        strategies = ("torus", "ring", "mpi-torus", "mpi") if alg in everything_under else ("mpi",)
+        out.append(Launch(f"mpi-{alg}", "mpirun", strategies, rename={"mpi": f"mpi-{alg}"},
                           mca=(("coll_tuned_use_dynamic_rules", "1"),
-                               ("coll_tuned_allreduce_algorithm", str(OMPI_ALGORITHMS[alg])))))
+                               ("coll_tuned_allreduce_algorithm", str(OMPI_ALGORITHMS[alg]))),
+                          bench_args=("--torus-backend", "horovod") if "torus" in strategies else ()))
     out.append(Launch("gloo", "horovodrun", ("torus", "ring")))
     return out
+
+
+def forced_algorithm(launch: Launch) -> str | None:
+    """The Open MPI all-reduce algorithm a launch forces (None: Open MPI's default, or not MPI)."""
+    for name, value in launch.mca:
+        if name == "coll_tuned_allreduce_algorithm":
+            return {str(v): k for k, v in OMPI_ALGORITHMS.items()}[str(value)]
+    return None
 
 
 def rows_from_doc(doc: dict, wiring: str, launch: Launch) -> list[dict]:
@@ -93,8 +106,11 @@ def rows_from_doc(doc: dict, wiring: str, launch: Launch) -> list[dict]:
     rows = []
     for r in doc["rows"]:
         t = r["time_us"]
+        alg = forced_algorithm(launch)
         rows.append({"wiring": wiring, "strategy": launch.rename.get(r["strategy"], r["strategy"]),
-                     "launcher": launch.launcher, "size_bytes": int(r["size_bytes"]),
+                     "launcher": launch.launcher,
+                     "ompi_allreduce": None if launch.launcher != "mpirun" else (alg or "default"),
+                     "size_bytes": int(r["size_bytes"]),
                      "time_s": t["max"] * 1e-6, "time_avg_s": t["avg"] * 1e-6, "time_min_s": t["min"] * 1e-6,
                      "wrong": r.get("wrong")})
     return rows
@@ -130,8 +146,15 @@ def make_cluster(nodes: int, ranks_per_node: int, nics: int, intra: Link, nic_li
                    inter=Link(nic_link.alpha, nic_link.bandwidth * nics), nics=nics, name=name)
 
 
-def predict_row(cluster: Cluster, strategy: str, launcher: str, nbytes: int, grid: str) -> tuple[str, float]:
-    """(model label, predicted seconds) of one row. Raises ValueError for an unmapped (strategy, launcher)."""
+def predict_row(cluster: Cluster, strategy: str, launcher: str, nbytes: int, grid: str,
+                ompi_allreduce: str | None = None) -> tuple[str, float]:
+    """(model label, predicted seconds) of one row. Raises ValueError for an unmapped (strategy, launcher).
+
+    ``ompi_allreduce``: the Open MPI algorithm forced for the row's MPI_Allreduce calls; Horovod's ring
+    under mpirun then runs that algorithm (MODEL_OF of ``mpi-<algorithm>``).
+    """
+    if strategy == "ring" and launcher == "mpirun" and ompi_allreduce not in (None, "default"):
+        strategy = f"mpi-{ompi_allreduce}"
     try:
         alg = MODEL_OF[strategy, launcher]
     except KeyError:
@@ -150,15 +173,25 @@ def add_predictions(rows, clusters: dict, grid: str, reference: tuple) -> list[d
     """
     out = []
     for r in rows:
-        model, t = predict_row(clusters[r["wiring"]], r["strategy"], r["launcher"], r["size_bytes"], grid)
+        model, t = predict_row(clusters[r["wiring"]], r["strategy"], r["launcher"], r["size_bytes"], grid,
+                               r.get("ompi_allreduce"))
         out.append({**r, "model": model, "predicted_s": t,
                     "calibration": (r["wiring"], r["strategy"], r["launcher"]) == tuple(reference)})
     return out
 
 
-def _find(rows, wiring, strategy, launcher, size):
+def label(r) -> str:
+    """``strategy (launcher[, forced Open MPI algorithm])`` of a row, e.g. ``mpi-torus (mpirun, ring)``."""
+    launcher = "gloo" if r["launcher"] == "horovodrun" else r["launcher"]
+    alg = r.get("ompi_allreduce")
+    forced = alg not in (None, "default") and not r["strategy"].startswith("mpi-" + alg)
+    return f"{r['strategy']} ({launcher}{', ' + alg if forced else ''})"
+
+
+def _find(rows, wiring, strategy, launcher, size, ompi=("default", None)):
     for r in rows:
-        if (r["wiring"], r["strategy"], r["launcher"], r["size_bytes"]) == (wiring, strategy, launcher, size):
+        if (r["wiring"], r["strategy"], r["launcher"], r["size_bytes"]) == (wiring, strategy, launcher, size) \
+                and r.get("ompi_allreduce") in ompi:
             return r
     return None
 
@@ -166,30 +199,35 @@ def _find(rows, wiring, strategy, launcher, size):
 def target_ratios(rows, wiring: str = "rails", sizes=TARGET_SIZES) -> list[dict]:
     """The issue's comparisons for one wiring: {comparison, size_bytes, ratio, target, ok}.
 
-    * torus / ring under each launcher (target <= 0.6);
-    * mpi-torus / the fastest MPI_Allreduce row (default or forced algorithm) (target <= 0.6);
-    * predicted / measured for every strategy (target 0.75-1.33).
+    * torus / ring under each launcher (and under mpirun with each forced algorithm) (target <= 0.6);
+    * mpi-torus (default, and each forced algorithm) / the fastest flat MPI_Allreduce row (default or
+      forced algorithm) (target <= 0.6);
+    * predicted / measured for every row (target 0.75-1.33).
     Comparisons whose rows are missing are left out.
     """
     out = []
+    forced = sorted({r["ompi_allreduce"] for r in rows if r.get("ompi_allreduce") not in (None, "default")})
     for n in sizes:
-        for launcher in ("mpirun", "horovodrun"):
-            t, r = _find(rows, wiring, "torus", launcher, n), _find(rows, wiring, "ring", launcher, n)
+        pairs = [("mpirun", ("default",)), ("horovodrun", (None,))] + [("mpirun", (a,)) for a in forced]
+        for launcher, ompi in pairs:
+            t, r = _find(rows, wiring, "torus", launcher, n, ompi), _find(rows, wiring, "ring", launcher, n, ompi)
             if t and r:
-                out.append({"comparison": f"torus / ring ({launcher})", "size_bytes": n,
-                            "ratio": t["time_s"] / r["time_s"], "target": "<= 0.6", "ok": t["time_s"] / r["time_s"] <= 0.6})
-        mt = _find(rows, wiring, "mpi-torus", "mpirun", n)
+                ratio = t["time_s"] / r["time_s"]
+                out.append({"comparison": f"{label(t)} / {label(r)}", "size_bytes": n, "ratio": ratio,
+                            "target": "<= 0.6", "ok": ratio <= 0.6})
         flat = [r for r in rows if r["wiring"] == wiring and r["size_bytes"] == n
                 and (r["strategy"] == "mpi" or r["strategy"].startswith("mpi-")) and r["strategy"] != "mpi-torus"]
-        if mt and flat:
-            best = min(flat, key=lambda r: r["time_s"])
-            ratio = mt["time_s"] / best["time_s"]
-            out.append({"comparison": f"mpi-torus / MPI best ({best['strategy']})", "size_bytes": n, "ratio": ratio,
-                        "target": "<= 0.6", "ok": ratio <= 0.6})
+        for alg in ["default"] + forced:
+            mt = _find(rows, wiring, "mpi-torus", "mpirun", n, (alg,))
+            if mt and flat:
+                best = min(flat, key=lambda r: r["time_s"])
+                ratio = mt["time_s"] / best["time_s"]
+                out.append({"comparison": f"{label(mt)} / MPI best ({label(best)})", "size_bytes": n,
+                            "ratio": ratio, "target": "<= 0.6", "ok": ratio <= 0.6})
         for r in rows:
             if r["wiring"] == wiring and r["size_bytes"] == n and r.get("predicted_s"):
                 ratio = r["predicted_s"] / r["time_s"]
-                out.append({"comparison": f"predicted / measured: {r['strategy']} ({r['launcher']})"
+                out.append({"comparison": f"predicted / measured: {label(r)}"
                                           + (" [calibration]" if r.get("calibration") else ""),
                             "size_bytes": n, "ratio": ratio, "target": "0.75-1.33", "ok": 0.75 <= ratio <= 1.33})
     return out
@@ -209,15 +247,15 @@ def format_targets(targets) -> str:
 
 
 def format_rows_table(rows, wiring: str) -> str:
-    """A markdown table of one wiring: size down, strategy (launcher) across, measured s (predicted s)."""
-    keys = list(dict.fromkeys((r["strategy"], r["launcher"]) for r in rows if r["wiring"] == wiring))
-    sizes = sorted({r["size_bytes"] for r in rows if r["wiring"] == wiring})
-    head = "| size | " + " | ".join(f"{s} ({'gloo' if l == 'horovodrun' else l})" for s, l in keys) + " |"
-    lines = [head, "|---|" + "---|" * len(keys)]
+    """A markdown table of one wiring: size down, row label across, measured s (predicted s)."""
+    sel = [r for r in rows if r["wiring"] == wiring]
+    keys = list(dict.fromkeys(label(r) for r in sel))
+    sizes = sorted({r["size_bytes"] for r in sel})
+    lines = ["| size | " + " | ".join(keys) + " |", "|---|" + "---|" * len(keys)]
     for n in sizes:
         cells = []
-        for s, l in keys:
-            r = _find(rows, wiring, s, l, n)
+        for k in keys:
+            r = next((r for r in sel if r["size_bytes"] == n and label(r) == k), None)
             cells.append("" if r is None else f"{r['time_s']:.3f}" + (
                 f" ({r['predicted_s']:.3f})" if r.get("predicted_s") is not None else ""))
         lines.append(f"| {_mib(n)} | " + " | ".join(cells) + " |")

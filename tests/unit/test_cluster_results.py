@@ -3,8 +3,8 @@ cost model's NICs per node (rails)."""
 import pytest
 
 from horovod_torus.cluster.results import (
-    Launch, add_predictions, fit_link, fit_or_origin, format_rows_table, format_targets, launches, make_cluster,
-    predict_row, rows_from_doc, target_ratios,
+    add_predictions, fit_link, fit_or_origin, forced_algorithm, format_rows_table, format_targets, label, launches,
+    make_cluster, predict_row, rows_from_doc, target_ratios,
 )
 from horovod_torus.costmodel import (
     Cluster, Link, cluster_halving_doubling_time, cluster_hierarchical_time, cluster_ring_time, cluster_torus_time,
@@ -54,14 +54,17 @@ def test_launches_and_rows():
     assert ls[0].strategies == ("torus", "ring", "mpi-torus", "mpi")
     assert ls[0].bench_args == ("--torus-backend", "horovod")
     assert ls[1].mca == (("coll_tuned_use_dynamic_rules", "1"), ("coll_tuned_allreduce_algorithm", "4"))
-    assert ls[2].mca[1] == ("coll_tuned_allreduce_algorithm", "6")
+    assert ls[1].strategies == ("torus", "ring", "mpi-torus", "mpi")  # everything again under the ring
+    assert ls[2].mca[1] == ("coll_tuned_allreduce_algorithm", "6") and ls[2].strategies == ("mpi",)
+    assert [forced_algorithm(l) for l in ls] == [None, "ring", "rabenseifner", None]
     assert ls[3].launcher == "horovodrun" and ls[3].strategies == ("torus", "ring")
     with pytest.raises(ValueError, match="'fastest' is unknown"):
         launches(("fastest",))
     doc = {"rows": [{"strategy": "mpi", "size_bytes": MIB, "time_us": {"min": 1e5, "avg": 2e5, "max": 3e5},
                      "wrong": 0}]}
     rows = rows_from_doc(doc, "rails", ls[1])
-    assert rows == [{"wiring": "rails", "strategy": "mpi-ring", "launcher": "mpirun", "size_bytes": MIB,
+    assert rows == [{"wiring": "rails", "strategy": "mpi-ring", "launcher": "mpirun", "ompi_allreduce": "ring",
+                     "size_bytes": MIB,
                      "time_s": pytest.approx(0.3), "time_avg_s": pytest.approx(0.2), "time_min_s": pytest.approx(0.1),
                      "wrong": 0}]
 
@@ -90,21 +93,29 @@ def test_predictions_and_targets():
     assert predict_row(clusters["rails"], "mpi", "mpirun", n, "2x4")[0] == "halving-doubling"
     with pytest.raises(ValueError, match="no model for strategy 'mpi-basic_linear'"):
         predict_row(clusters["rails"], "mpi-basic_linear", "mpirun", n, "2x4")
-    measured = {("torus", "horovodrun"): 0.4, ("ring", "horovodrun"): 1.0, ("mpi-torus", "mpirun"): 0.5,
-                ("mpi", "mpirun"): 0.9, ("mpi-ring", "mpirun"): 0.8}
-    rows = [{"wiring": "rails", "strategy": s, "launcher": l, "size_bytes": n, "time_s": t}
-            for (s, l), t in measured.items()]
+    # forced ring: Horovod's ring under mpirun is then Open MPI's ring
+    assert predict_row(clusters["rails"], "ring", "mpirun", n, "2x4", "ring")[0] == "ring"
+    measured = {("torus", "horovodrun", None): 0.4, ("ring", "horovodrun", None): 1.0,
+                ("mpi-torus", "mpirun", "default"): 0.5, ("mpi", "mpirun", "default"): 0.9,
+                ("mpi-ring", "mpirun", "ring"): 0.8, ("mpi-torus", "mpirun", "ring"): 0.44}
+    rows = [{"wiring": "rails", "strategy": s, "launcher": l, "ompi_allreduce": o, "size_bytes": n, "time_s": t}
+            for (s, l, o), t in measured.items()]
     rows = add_predictions(rows, clusters, "2x4", ("node", "mpi-ring", "mpirun"))
     assert not any(r["calibration"] for r in rows)
+    assert [label(r) for r in rows] == ["torus (gloo)", "ring (gloo)", "mpi-torus (mpirun)", "mpi (mpirun)",
+                                        "mpi-ring (mpirun)", "mpi-torus (mpirun, ring)"]
     targets = {t["comparison"]: t for t in target_ratios(rows, "rails", sizes=(n,))}
-    assert targets["torus / ring (horovodrun)"]["ratio"] == pytest.approx(0.4) and targets["torus / ring (horovodrun)"]["ok"]
-    best = targets["mpi-torus / MPI best (mpi-ring)"]
+    tr = targets["torus (gloo) / ring (gloo)"]
+    assert tr["ratio"] == pytest.approx(0.4) and tr["ok"]
+    best = targets["mpi-torus (mpirun) / MPI best (mpi-ring (mpirun))"]
     assert best["ratio"] == pytest.approx(0.5 / 0.8) and not best["ok"]
-    pm = targets["predicted / measured: ring (horovodrun)"]
+    forced = targets["mpi-torus (mpirun, ring) / MPI best (mpi-ring (mpirun))"]
+    assert forced["ratio"] == pytest.approx(0.44 / 0.8) and forced["ok"]
+    pm = targets["predicted / measured: ring (gloo)"]
     assert pm["ratio"] == pytest.approx(1.75 * n / B / 1.0) and pm["ok"] == (0.75 <= pm["ratio"] <= 1.33)
-    assert "torus / ring (mpirun)" not in targets  # no rows: left out
+    assert not any(k.startswith("torus (mpirun)") for k in targets)  # no rows: left out
     md = format_targets(target_ratios(rows, "rails", sizes=(n,)))
-    assert md.splitlines()[2] == "| torus / ring (horovodrun) | 8 MiB | 0.40 | <= 0.6 | yes |"
+    assert md.splitlines()[2] == "| torus (gloo) / ring (gloo) | 8 MiB | 0.40 | <= 0.6 | yes |"
     table = format_rows_table(rows, "rails").splitlines()
-    assert table[0].startswith("| size | torus (gloo) | ring (gloo) | mpi-torus (mpirun)")
+    assert table[0].startswith("| size | torus (gloo) | ring (gloo) | mpi-torus (mpirun) | mpi (mpirun)")
     assert table[2].startswith("| 8 MiB | 0.400 (")

@@ -5,13 +5,13 @@
 #   bash mpi_scripts/cluster_train.sh                   # 4 x 2, 200mbit, batch 2 at 32x32 -> runs/cluster_train
 #   NODES=2 RATE=1gbit STEPS=5 bash mpi_scripts/cluster_train.sh
 # Variables: NODES 4 | RANKS 2 | RATE 200mbit | WIRING rails | BATCH 2 | IMAGE 32 | STEPS 3 | SYNC_ITERS 2 |
-#            OUT runs/cluster_train | LAUNCHER horovodrun (or mpirun) | NAME httrain
+#            OUT runs/cluster_train | LAUNCHER horovodrun (or mpirun) | NAME httrn
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-$PWD/.venv/bin/python}
 export PATH="$(dirname "$PYTHON"):$PATH" PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export TF_CPP_MIN_LOG_LEVEL=2 PYTHONWARNINGS=ignore HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=900
-NODES=${NODES:-4}; RANKS=${RANKS:-2}; RATE=${RATE:-200mbit}; WIRING=${WIRING:-rails}; NAME=${NAME:-httrain}
+NODES=${NODES:-4}; RANKS=${RANKS:-2}; RATE=${RATE:-200mbit}; WIRING=${WIRING:-rails}; NAME=${NAME:-httrn}
 OUT=${OUT:-runs/cluster_train}; LAUNCHER=${LAUNCHER:-horovodrun}
 cluster() { local sub=$1; shift; "$PYTHON" -m horovod_torus.cluster "$sub" --name "$NAME" "$@"; }
 mkdir -p "$OUT"

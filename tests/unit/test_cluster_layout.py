@@ -236,3 +236,17 @@ def test_bindnic_under_horovodrun_mounts_the_ranks_hosts_file(tmp_path, fake_ip)
     out = subprocess.run([bind, "echo", "direct"], env={**base, "OMPI_COMM_WORLD_LOCAL_RANK": "1",
                                                          "HOROVOD_LOCAL_RANK": "1"}, capture_output=True, text=True)
     assert out.stdout == "direct\n"
+
+
+def test_without_root_every_command_says_so(monkeypatch, capsys):
+    from horovod_torus.cluster import net
+    from horovod_torus.cluster.__main__ import main
+
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(net.ClusterError, match="needs root"):
+        net.require_root()
+    for argv in (["up", "--nodes", "2"], ["down"], ["run", "--nodes", "2", "--", "true"]):
+        assert main(argv) == 2
+        assert "needs root" in capsys.readouterr().err
+    assert main(["up", "--nodes", "2", "--rate", "fast"]) == 2  # bad input is reported before anything runs
+    assert "rate 'fast' is malformed" in capsys.readouterr().err

@@ -21,6 +21,12 @@ node costs the intra-node link (alpha_i, 1/B_i, not shared); a message that leav
 inter-node alpha_e and shares the node's injection bandwidth B_e with every other message leaving that
 node in the same step (k concurrent flows: beta = k / B_e). So the flat ring pays inter-node alpha on all
 2(p-1) steps, and the torus' X concurrent column rings share their node's network bandwidth.
+
+A node may have several NICs (``Cluster.nics`` = K, each B_e / K; rank r uses NIC (r mod L) mod K, as a
+rail-optimised cluster where NIC k of every node is on rail k): then the flows of a step share the NIC
+they leave by and the NIC they arrive at (k flows on one NIC in either direction: beta = k K / B_e). With
+K = L the torus' column rings run on separate rails in parallel, while a flat ring's one flow per node
+boundary gets a single NIC: bandwidth terms 2(N-1)/N (n/L) against 2(p-1)/p n, e.g. 0.43 for 4 nodes x 2.
 """
 from __future__ import annotations
 
@@ -70,6 +76,8 @@ class Cluster:
             shared by the messages that leave the node at the same time.
         gamma: seconds per byte reduced (0 ignores reduction cost).
         name: a label.
+        nics: NICs per node K >= 1, each with inter.bandwidth / K; local rank l uses NIC l mod K
+            (K = ranks_per_node: one NIC per rank, rail-optimised). 1: one NIC shared by the node.
     """
 
     nodes: int
@@ -78,9 +86,10 @@ class Cluster:
     inter: Link
     gamma: float = 0.0
     name: str = "custom"
+    nics: int = 1
 
     def __post_init__(self):
-        for f in ("nodes", "ranks_per_node"):
+        for f in ("nodes", "ranks_per_node", "nics"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"cluster {f}={v!r} must be a positive integer")
@@ -94,6 +103,10 @@ class Cluster:
 
     def node(self, rank: int) -> int:
         return rank // self.ranks_per_node
+
+    def nic(self, rank: int) -> int:
+        """The NIC (rail) that ``rank``'s inter-node messages use: local rank mod nics."""
+        return (rank % self.ranks_per_node) % self.nics
 
 
 # ------------------------------------------------------------------ textbook formulas (one link class)
@@ -148,21 +161,28 @@ def torus_time(x: int, y: int, n: float, alpha_h: float, beta_h: float, alpha_v:
 
 # ------------------------------------------------------------------ on a cluster
 def _step_link(cluster: Cluster, pairs) -> tuple[float, float]:
-    """(alpha, beta) of one communication step in which every (src, dst) of ``pairs`` sends at once."""
-    leaving: dict[int, int] = {}
+    """(alpha, beta) of one communication step in which every (src, dst) of ``pairs`` sends at once.
+
+    Inter-node flows share the NIC they leave by and the NIC they arrive at (full duplex): beta is the
+    most flows on one NIC in one direction times the NIC's 1 / (B_e / nics).
+    """
+    leaving: dict[tuple[int, int], int] = {}
+    arriving: dict[tuple[int, int], int] = {}
     local = False
     for s, d in pairs:
-        ns = cluster.node(s)
-        if ns == cluster.node(d):
+        ns, nd = cluster.node(s), cluster.node(d)
+        if ns == nd:
             local = True
         else:
-            leaving[ns] = leaving.get(ns, 0) + 1
+            leaving[ns, cluster.nic(s)] = leaving.get((ns, cluster.nic(s)), 0) + 1
+            arriving[nd, cluster.nic(d)] = arriving.get((nd, cluster.nic(d)), 0) + 1
     alpha, beta = 0.0, 0.0
     if local:
         alpha, beta = cluster.intra.alpha, cluster.intra.beta
     if leaving:
+        flows = max(max(leaving.values()), max(arriving.values()))
         alpha = max(alpha, cluster.inter.alpha)
-        beta = max(beta, max(leaving.values()) * cluster.inter.beta)
+        beta = max(beta, flows * cluster.nics * cluster.inter.beta)
     return alpha, beta
 
 
@@ -202,7 +222,8 @@ def cluster_halving_doubling_time(cluster: Cluster, n: float) -> float:
 def cluster_hierarchical_time(cluster: Cluster, n: float) -> float:
     """Node-local reduce (intra), ring among one rank per node (inter, one flow per node), local bcast."""
     L, N = cluster.ranks_per_node, cluster.nodes
-    return hierarchical_time(N, L, n, cluster.intra, cluster.inter, cluster.gamma)
+    one_nic = Link(cluster.inter.alpha, cluster.inter.bandwidth / cluster.nics)  # one flow per node: one NIC
+    return hierarchical_time(N, L, n, cluster.intra, one_nic, cluster.gamma)
 
 
 def cluster_torus_time(cluster: Cluster, grid: TorusTopology | str, n: float) -> float:

@@ -9,7 +9,9 @@ Examples::
 
 A cluster description (JSON) has the keys of the CLI flags: ``{"name": "mine", "nodes": 64,
 "ranks_per_node": 8, "intra": {"latency_us": 2, "bandwidth_gbps": 150}, "inter": {"latency_us": 5,
-"bandwidth_gbps": 50}, "gamma_ps_per_byte": 4}`` (bandwidth in GB/s = 1e9 B/s; inter bandwidth per node).
+"bandwidth_gbps": 50}, "gamma_ps_per_byte": 4, "nics_per_node": 1}`` (bandwidth in GB/s = 1e9 B/s; inter
+bandwidth per node, all its NICs together; ``nics_per_node`` K > 1: K NICs of bandwidth/K each, local rank l
+on NIC l mod K, NIC k of every node on rail k; optional, default 1).
 See :mod:`horovod_torus.costmodel` for the model.
 """
 from __future__ import annotations
@@ -42,6 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(f"--{side}-bandwidth-gbps", type=float,
                        help=f"{side}-node bandwidth, GB/s" + (" per node (shared)" if side == "inter" else ""))
     p.add_argument("--gamma-ps-per-byte", type=float, help="reduction cost, picoseconds per byte")
+    p.add_argument("--nics-per-node", type=int, help="NICs per node sharing the inter bandwidth; local rank l "
+                                                     "uses NIC l mod K (rails); default 1")
     p.add_argument("--bytes", nargs="+", default=None, metavar="N",
                    help="message bytes per rank (K/M/G binary suffixes; default: ResNet-50 gradients, "
                         f"{RESNET50_BYTES[0]} B fp32 and {RESNET50_BYTES[1]} B fp16)")
@@ -96,7 +100,8 @@ def cluster_from_args(args, bench_doc: dict | None = None) -> Cluster:
         spec = _load_json(args.cluster, "--cluster")
         base = Cluster(nodes=int(spec["nodes"]), ranks_per_node=int(spec["ranks_per_node"]),
                        intra=_link(spec["intra"], "intra"), inter=_link(spec["inter"], "inter"),
-                       gamma=float(spec.get("gamma_ps_per_byte", 0.0)) / 1e12, name=spec.get("name", args.cluster))
+                       gamma=float(spec.get("gamma_ps_per_byte", 0.0)) / 1e12, name=spec.get("name", args.cluster),
+                       nics=int(spec.get("nics_per_node", 1)))
     if base is None and bench_doc is not None:
         nodes = int(bench_doc.get("host", {}).get("nodes", 1))
         rpn = int(bench_doc["world_size"]) // nodes
@@ -123,6 +128,8 @@ def cluster_from_args(args, bench_doc: dict | None = None) -> Cluster:
             changes[side] = Link(link.alpha if lat is None else lat / 1e6, link.bandwidth if bw is None else bw * 1e9)
     if args.gamma_ps_per_byte is not None:
         changes["gamma"] = args.gamma_ps_per_byte / 1e12
+    if getattr(args, "nics_per_node", None) is not None:
+        changes["nics"] = args.nics_per_node
     return dataclasses.replace(base, **changes)
 
 
@@ -132,9 +139,10 @@ def _ms(t):
 
 def describe_cluster(c: Cluster) -> str:
     return (f"cluster {c.name}: {c.nodes} nodes x {c.ranks_per_node} ranks = {c.size} ranks; intra-node "
-            f"{c.intra.alpha * 1e6:.2f} us, {c.intra.bandwidth / 1e9:.2f} GB/s per pair; inter-node "
-            f"{c.inter.alpha * 1e6:.2f} us, {c.inter.bandwidth / 1e9:.2f} GB/s per node; gamma "
-            f"{c.gamma * 1e12:.2f} ps/B")
+            f"{c.intra.alpha * 1e6:.2f} us, {c.intra.bandwidth / 1e9:.3g} GB/s per pair; inter-node "
+            f"{c.inter.alpha * 1e6:.2f} us, {c.inter.bandwidth / 1e9:.3g} GB/s per node"
+            + (f" ({c.nics} NICs of {c.inter.bandwidth / c.nics / 1e9:.3f} GB/s, one rail each)" if c.nics > 1 else "")
+            + f"; gamma {c.gamma * 1e12:.2f} ps/B")
 
 
 def format_prediction(pred, top: int = 5) -> str:
@@ -172,7 +180,9 @@ def main(argv=None) -> int:
                       f"{doc.get('grid')}): alpha = {link.alpha * 1e6:.2f} us, bandwidth = {link.bandwidth / 1e9:.3f} "
                       f"GB/s (beta = {link.beta * 1e12:.1f} ps/B), rms relative residual {rms:.1%}; applied to {which}")
             sides = ("intra", "inter") if which == "both" else (which,)
-            cluster = dataclasses.replace(cluster, **{s: link for s in sides})
+            # a benchmark's flat ring sends one flow per node boundary through ONE NIC: the node has nics x it
+            node_link = Link(link.alpha, link.bandwidth * cluster.nics)
+            cluster = dataclasses.replace(cluster, **{s: node_link if s == "inter" else link for s in sides})
             out["cluster"] = dataclasses.asdict(cluster)
             out["calibration"] = {"file": args.calibrate, "strategy": args.strategy, "alpha_s": link.alpha,
                                   "bandwidth_Bps": link.bandwidth, "rms_relative_residual": rms, "link": which}

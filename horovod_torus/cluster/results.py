@@ -1,0 +1,262 @@
+"""The cluster benchmark's arithmetic (pure): its launches, rows, calibration, predictions and target ratios.
+
+Every (wiring, launch) runs ``python -m horovod_torus.bench`` once; its JSON rows become rows of
+``bench.json``::
+
+    {"wiring": "rails", "strategy": "mpi-ring", "launcher": "mpirun", "size_bytes": 8388608,
+     "time_s": 0.61, "time_avg_s": 0.60, "time_min_s": 0.59, "wrong": 0,
+     "model": "ring", "predicted_s": 0.59, "calibration": false}
+
+``time_s``: per-iteration time averaged over the timed iterations, slowest rank (``time_us.max``).
+``strategy``: ``torus`` (our TF path; under mpirun with ``--torus-backend horovod``, i.e. Horovod's ops on
+the MPI controller, and under horovodrun on Gloo: the ``launcher`` key tells them apart), ``ring``
+(``hvd.allreduce``: Gloo's ring under horovodrun, ``MPI_Allreduce`` under mpirun), ``mpi-torus``, ``mpi``
+(``MPI_Allreduce`` with Open MPI's default choice), ``mpi-<algorithm>`` (``MPI_Allreduce`` with the
+algorithm forced through ``coll_tuned_allreduce_algorithm``).
+
+Predictions: the planner's cost model (:mod:`horovod_torus.costmodel`) on a :class:`Cluster` of the same
+shape (nodes, ranks per node, NICs per node), with the inter-node link (alpha, bandwidth per NIC) fitted by
+:func:`horovod_torus.costmodel.fit_alpha_beta` on ONE reference (by default the node wiring's ``mpi-ring``
+rows: a textbook ring) and the intra-node link fitted on a one-node run; every other row is predicted
+out of sample. Each strategy is mapped to the algorithm it runs (:data:`MODEL_OF`).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from horovod_torus.costmodel import (
+    Cluster, Link, cluster_halving_doubling_time, cluster_ring_time, cluster_torus_time, fit_alpha_beta,
+    model_coefficients,
+)
+
+__all__ = ["Launch", "OMPI_ALGORITHMS", "MODEL_OF", "launches", "rows_from_doc", "fit_link", "make_cluster",
+           "predict_row", "add_predictions", "fit_or_origin", "label", "forced_algorithm", "target_ratios", "format_rows_table", "format_targets",
+           "TARGET_SIZES"]
+
+#: Open MPI 4.1 coll_tuned_allreduce_algorithm numbers (ompi_info --param coll tuned --level 9).
+OMPI_ALGORITHMS = {"basic_linear": 1, "nonoverlapping": 2, "recursive_doubling": 3, "ring": 4,
+                   "segmented_ring": 5, "rabenseifner": 6}
+
+#: (strategy, launcher) -> the cost model's algorithm. Open MPI 4.1's default all-reduce for 8 ranks and
+#: 1-64 MiB behaves as Rabenseifner's (recursive halving-doubling); Horovod's ring under mpirun is that
+#: same MPI_Allreduce; under Gloo it is Gloo's ring.
+MODEL_OF = {("torus", "mpirun"): "torus", ("torus", "horovodrun"): "torus", ("mpi-torus", "mpirun"): "torus",
+            ("ring", "horovodrun"): "ring", ("ring", "mpirun"): "halving-doubling",
+            ("mpi", "mpirun"): "halving-doubling", ("mpi-ring", "mpirun"): "ring",
+            ("mpi-segmented_ring", "mpirun"): "ring", ("mpi-rabenseifner", "mpirun"): "halving-doubling"}
+
+TARGET_SIZES = (8 * 1024 ** 2, 32 * 1024 ** 2)
+
+
+@dataclasses.dataclass(frozen=True)
+class Launch:
+    """One launch of ``python -m horovod_torus.bench`` on an emulated cluster.
+
+    Attributes:
+        label: file-name-safe name (``mpirun``, ``mpi-ring``, ``gloo``).
+        launcher: ``mpirun`` or ``horovodrun``.
+        strategies: the bench CLI's --strategies.
+        rename: bench strategy -> row strategy (e.g. ``{"mpi": "mpi-ring"}``).
+        mca: (name, value) pairs for mpirun.
+        bench_args: more bench CLI flags (e.g. ``--torus-backend horovod``).
+    """
+
+    label: str
+    launcher: str
+    strategies: tuple
+    rename: dict = dataclasses.field(default_factory=dict)
+    mca: tuple = ()
+    bench_args: tuple = ()
+
+
+def launches(algorithms=("ring", "rabenseifner"), everything_under=("ring",)) -> list[Launch]:
+    """The launches of one wiring: every strategy under mpirun, each forced Open MPI algorithm, Gloo.
+
+    A forced algorithm in ``everything_under`` also reruns torus, ring and mpi-torus with it (their
+    MPI_Allreduce calls, e.g. the torus' column phase, then use it); the others run the flat call only.
+
+    Raises:
+        ValueError: an algorithm name outside OMPI_ALGORITHMS.
+    """
+    out = [Launch("mpirun", "mpirun", ("torus", "ring", "mpi-torus", "mpi"),
+                  bench_args=("--torus-backend", "horovod"))]
+    for alg in algorithms:
+        if alg not in OMPI_ALGORITHMS:
+            raise ValueError(f"Open MPI all-reduce algorithm {alg!r} is unknown: choose among "
+                             f"{', '.join(OMPI_ALGORITHMS)}")
+        strategies = ("torus", "ring", "mpi-torus", "mpi") if alg in everything_under else ("mpi",)
+        out.append(Launch(f"mpi-{alg}", "mpirun", strategies, rename={"mpi": f"mpi-{alg}"},
+                          mca=(("coll_tuned_use_dynamic_rules", "1"),
+                               ("coll_tuned_allreduce_algorithm", str(OMPI_ALGORITHMS[alg]))),
+                          bench_args=("--torus-backend", "horovod") if "torus" in strategies else ()))
+    out.append(Launch("gloo", "horovodrun", ("torus", "ring")))
+    return out
+
+
+def forced_algorithm(launch: Launch) -> str | None:
+    """The Open MPI all-reduce algorithm a launch forces (None: Open MPI's default, or not MPI)."""
+    for name, value in launch.mca:
+        if name == "coll_tuned_allreduce_algorithm":
+            return {str(v): k for k, v in OMPI_ALGORITHMS.items()}[str(value)]
+    return None
+
+
+def rows_from_doc(doc: dict, wiring: str, launch: Launch) -> list[dict]:
+    """bench.json rows from one launch's benchmark JSON (``python -m horovod_torus.bench --json``)."""
+    rows = []
+    for r in doc["rows"]:
+        t = r["time_us"]
+        alg = forced_algorithm(launch)
+        rows.append({"wiring": wiring, "strategy": launch.rename.get(r["strategy"], r["strategy"]),
+                     "launcher": launch.launcher,
+                     "ompi_allreduce": None if launch.launcher != "mpirun" else (alg or "default"),
+                     "size_bytes": int(r["size_bytes"]),
+                     "time_s": t["max"] * 1e-6, "time_avg_s": t["avg"] * 1e-6, "time_min_s": t["min"] * 1e-6,
+                     "wrong": r.get("wrong")})
+    return rows
+
+
+def fit_link(rows, world_size: int, min_bytes: int = 0) -> tuple[Link, float]:
+    """(Link, rms relative residual) of a flat ring's rows (time_s against size_bytes) on ``world_size``
+    ranks: t = 2(p-1) alpha + 2(p-1)/p n / B (costmodel.fit_alpha_beta with the ``ring`` coefficients).
+
+    Raises:
+        ValueError: fewer than 2 sizes (see fit_alpha_beta).
+    """
+    use = [r for r in rows if r["size_bytes"] >= min_bytes]
+    a, b = model_coefficients("ring", world_size)
+    return fit_alpha_beta([r["size_bytes"] for r in use], [r["time_s"] for r in use], a, b)
+
+
+def fit_or_origin(sizes, seconds, a_coef: float, b_coef: float) -> tuple[Link, float]:
+    """fit_alpha_beta, or when that fit is unphysical (beta <= 0: noise larger than the size trend) the
+    bandwidth-only fit through the origin (alpha = 0, beta = sum(B n t) / sum((B n)^2) over the sizes)."""
+    try:
+        return fit_alpha_beta(sizes, seconds, a_coef, b_coef)
+    except ValueError:
+        xs = [b_coef * n for n in sizes]
+        beta = sum(x * t for x, t in zip(xs, seconds)) / sum(x * x for x in xs)
+        rms = (sum(((x * beta - t) / t) ** 2 for x, t in zip(xs, seconds)) / len(xs)) ** 0.5
+        return Link(alpha=0.0, bandwidth=1.0 / beta), rms
+
+
+def make_cluster(nodes: int, ranks_per_node: int, nics: int, intra: Link, nic_link: Link, name: str) -> Cluster:
+    """The cost model's cluster: inter bandwidth per node = nics x the per-NIC bandwidth ``nic_link``."""
+    return Cluster(nodes=nodes, ranks_per_node=ranks_per_node, intra=intra,
+                   inter=Link(nic_link.alpha, nic_link.bandwidth * nics), nics=nics, name=name)
+
+
+def predict_row(cluster: Cluster, strategy: str, launcher: str, nbytes: int, grid: str,
+                ompi_allreduce: str | None = None) -> tuple[str, float]:
+    """(model label, predicted seconds) of one row. Raises ValueError for an unmapped (strategy, launcher).
+
+    ``ompi_allreduce``: the Open MPI algorithm forced for the row's MPI_Allreduce calls; Horovod's ring
+    under mpirun then runs that algorithm (MODEL_OF of ``mpi-<algorithm>``).
+    """
+    if strategy == "ring" and launcher == "mpirun" and ompi_allreduce not in (None, "default"):
+        strategy = f"mpi-{ompi_allreduce}"
+    try:
+        alg = MODEL_OF[strategy, launcher]
+    except KeyError:
+        raise ValueError(f"no model for strategy {strategy!r} under {launcher}: add it to MODEL_OF") from None
+    if alg == "torus":
+        return f"torus {grid}", cluster_torus_time(cluster, grid, nbytes)
+    if alg == "ring":
+        return "ring", cluster_ring_time(cluster, nbytes)
+    return "halving-doubling", cluster_halving_doubling_time(cluster, nbytes)
+
+
+def add_predictions(rows, clusters: dict, grid: str, reference: tuple) -> list[dict]:
+    """Rows with ``model``, ``predicted_s`` and ``calibration`` (True for the reference rows).
+
+    clusters: wiring -> Cluster; reference: (wiring, strategy, launcher) the inter link was fitted on.
+    """
+    out = []
+    for r in rows:
+        model, t = predict_row(clusters[r["wiring"]], r["strategy"], r["launcher"], r["size_bytes"], grid,
+                               r.get("ompi_allreduce"))
+        out.append({**r, "model": model, "predicted_s": t,
+                    "calibration": (r["wiring"], r["strategy"], r["launcher"]) == tuple(reference)})
+    return out
+
+
+def label(r) -> str:
+    """``strategy (launcher[, forced Open MPI algorithm])`` of a row, e.g. ``mpi-torus (mpirun, ring)``."""
+    launcher = "gloo" if r["launcher"] == "horovodrun" else r["launcher"]
+    alg = r.get("ompi_allreduce")
+    forced = alg not in (None, "default") and not r["strategy"].startswith("mpi-" + alg)
+    return f"{r['strategy']} ({launcher}{', ' + alg if forced else ''})"
+
+
+def _find(rows, wiring, strategy, launcher, size, ompi=("default", None)):
+    for r in rows:
+        if (r["wiring"], r["strategy"], r["launcher"], r["size_bytes"]) == (wiring, strategy, launcher, size) \
+                and r.get("ompi_allreduce") in ompi:
+            return r
+    return None
+
+
+def target_ratios(rows, wiring: str = "rails", sizes=TARGET_SIZES) -> list[dict]:
+    """The issue's comparisons for one wiring: {comparison, size_bytes, ratio, target, ok}.
+
+    * torus / ring under each launcher (and under mpirun with each forced algorithm) (target <= 0.6);
+    * mpi-torus (default, and each forced algorithm) / the fastest flat MPI_Allreduce row (default or
+      forced algorithm) (target <= 0.6);
+    * predicted / measured for every row (target 0.75-1.33).
+    Comparisons whose rows are missing are left out.
+    """
+    out = []
+    forced = sorted({r["ompi_allreduce"] for r in rows if r.get("ompi_allreduce") not in (None, "default")})
+    for n in sizes:
+        pairs = [("mpirun", ("default",)), ("horovodrun", (None,))] + [("mpirun", (a,)) for a in forced]
+        for launcher, ompi in pairs:
+            t, r = _find(rows, wiring, "torus", launcher, n, ompi), _find(rows, wiring, "ring", launcher, n, ompi)
+            if t and r:
+                ratio = t["time_s"] / r["time_s"]
+                out.append({"comparison": f"{label(t)} / {label(r)}", "size_bytes": n, "ratio": ratio,
+                            "target": "<= 0.6", "ok": ratio <= 0.6})
+        flat = [r for r in rows if r["wiring"] == wiring and r["size_bytes"] == n
+                and (r["strategy"] == "mpi" or r["strategy"].startswith("mpi-")) and r["strategy"] != "mpi-torus"]
+        for alg in ["default"] + forced:
+            mt = _find(rows, wiring, "mpi-torus", "mpirun", n, (alg,))
+            if mt and flat:
+                best = min(flat, key=lambda r: r["time_s"])
+                ratio = mt["time_s"] / best["time_s"]
+                out.append({"comparison": f"{label(mt)} / MPI best ({label(best)})", "size_bytes": n,
+                            "ratio": ratio, "target": "<= 0.6", "ok": ratio <= 0.6})
+        for r in rows:
+            if r["wiring"] == wiring and r["size_bytes"] == n and r.get("predicted_s"):
+                ratio = r["predicted_s"] / r["time_s"]
+                out.append({"comparison": f"predicted / measured: {label(r)}"
+                                          + (" [calibration]" if r.get("calibration") else ""),
+                            "size_bytes": n, "ratio": ratio, "target": "0.75-1.33", "ok": 0.75 <= ratio <= 1.33})
+    return out
+
+
+def _mib(n):
+    return f"{n / 1024 ** 2:g} MiB"
+
+
+def format_targets(targets) -> str:
+    """A markdown table: comparison | size | ratio | target | met."""
+    lines = ["| comparison | size | ratio | target | met |", "|---|---|---|---|---|"]
+    for t in targets:
+        lines.append(f"| {t['comparison']} | {_mib(t['size_bytes'])} | {t['ratio']:.2f} | {t['target']} | "
+                     f"{'yes' if t['ok'] else 'no'} |")
+    return "\n".join(lines)
+
+
+def format_rows_table(rows, wiring: str) -> str:
+    """A markdown table of one wiring: size down, row label across, measured s (predicted s)."""
+    sel = [r for r in rows if r["wiring"] == wiring]
+    keys = list(dict.fromkeys(label(r) for r in sel))
+    sizes = sorted({r["size_bytes"] for r in sel})
+    lines = ["| size | " + " | ".join(keys) + " |", "|---|" + "---|" * len(keys)]
+    for n in sizes:
+        cells = []
+        for k in keys:
+            r = next((r for r in sel if r["size_bytes"] == n and label(r) == k), None)
+            cells.append("" if r is None else f"{r['time_s']:.3f}" + (
+                f" ({r['predicted_s']:.3f})" if r.get("predicted_s") is not None else ""))
+        lines.append(f"| {_mib(n)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)

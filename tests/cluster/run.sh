@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Multi-host test on an emulated cluster: 2 nodes x 2 ranks, rails wiring, unshaped. Runs
+# tests/cluster/test_multihost.py on every rank under mpirun, then under horovodrun --gloo, and removes the
+# cluster afterwards whatever happens (trap). Needs root (network namespaces): without it the test is
+# skipped with a message, unless CLUSTER_TEST=require (then it fails).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+export PYTHON="${PYTHON:-$PWD/.venv/bin/python}"
+export PATH="$(dirname "$PYTHON"):$PATH"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export TF_CPP_MIN_LOG_LEVEL=2 PYTHONWARNINGS=ignore HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=120
+unset HOROVOD_TORUS_GRID HOROVOD_TORUS_BACKEND
+NAME=${CLUSTER_TEST_NAME:-httest}
+cluster() { local sub=$1; shift; "$PYTHON" -m horovod_torus.cluster "$sub" --name "$NAME" "$@"; }
+if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null || ! command -v unshare >/dev/null; then
+  msg="cluster test: needs root and iproute2/util-linux (network namespaces)"
+  if [ "${CLUSTER_TEST:-}" = require ]; then echo "FAILED: $msg" >&2; exit 1; fi
+  echo "SKIPPED: $msg"; exit 0
+fi
+logroot=$(mktemp -d /tmp/horovod-torus-cluster-test.XXXXXX)
+trap 'cluster down >/dev/null 2>&1; ip netns list | grep -q "^$NAME-" && echo "cluster test: namespaces left: $(ip netns list)" >&2' EXIT
+trap 'exit 130' INT TERM
+cluster down >/dev/null 2>&1  # a leftover from an interrupted run
+cluster up --nodes 2 --ranks-per-node 2 --wiring rails --rate none --subnet 10.214.0.0/16 || exit 1
+fail=0; total=0
+for launcher in mpirun horovodrun; do
+  export PAR_LOGDIR="$logroot/$launcher"; mkdir -p "$PAR_LOGDIR"
+  echo "== cluster test ($NAME: 2 nodes x 2 ranks, rails) under $launcher"
+  cluster run --launcher "$launcher" --timeout 300 -- bash tests/parallel/rank_pytest.sh tests/cluster/test_multihost.py \
+    > "$PAR_LOGDIR/launcher.log" 2>&1
+  rc=$?
+  summary=$(grep -E "(passed|failed).* in [0-9.]+s" "$PAR_LOGDIR/rank0.log" 2>/dev/null | tail -1)
+  p=$(grep -oE "[0-9]+ passed" <<<"$summary" | grep -oE "[0-9]+" || echo 0)
+  echo "   rank 0: ${summary:-no pytest summary} (exit $rc)"
+  if [ "$rc" -ne 0 ] || [ "$p" -eq 0 ]; then
+    fail=1; echo "   FAILED: logs in $PAR_LOGDIR"; tail -n 30 "$PAR_LOGDIR/launcher.log"
+    for r in "$PAR_LOGDIR"/rank*.log; do grep -E "^(FAILED|ERROR)|Error" "$r" | head -5 | sed "s|^|   $(basename "$r"): |"; done
+  fi
+  total=$((total + p))
+done
+echo "cluster: $total passed on 2 launchers, $([ $fail = 0 ] && echo ok || echo FAILED)"
+exit $fail

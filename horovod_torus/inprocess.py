@@ -87,8 +87,8 @@ class InProcessTransport:
         values = self.world.exchange(self.rank, buf)
         return self._reduce(values, list(range(self.grid.size)), op)
 
-    def finish(self, out, token):
-        return out
+    def gate(self, buf, token):
+        return buf
 
 
 def run_ranks(grid: TorusTopology | str, fn, timeout: float = 10.0) -> list:

@@ -47,7 +47,7 @@ class Transport(Protocol):
     def verify(self, signature: CallSignature) -> Any:
         """Advance this transport's call number, exchange the signature words among all ranks and raise
         :class:`horovod_torus.signature.TorusMismatchError` on every rank when they differ. Returns a
-        token for :meth:`finish` (None when the check has already run)."""
+        token for :meth:`gate` (None when the check has already run)."""
 
     def reduce_scatter(self, buf, op: str):
         """Phase 1 on the row: this rank's block of the row reduction (Horovod's split)."""
@@ -61,8 +61,9 @@ class Transport(Protocol):
     def allreduce_flat(self, buf, op: str):
         """One all-reduce over all ranks (the ``"flat"`` algorithm)."""
 
-    def finish(self, out, token):
-        """``out``, bound to the verification token (a control dependency in TensorFlow graphs)."""
+    def gate(self, buf, token):
+        """``buf``, made to wait for the verification token (a control dependency in TensorFlow graphs), so
+        that no data moves before the ranks have agreed."""
 
 
 def allreduce_buffer(transport: Transport, buf, signature: CallSignature, prescale: float = 1.0,
@@ -87,16 +88,15 @@ def allreduce_buffer(transport: Transport, buf, signature: CallSignature, presca
     if op not in REDUCE_OPS:
         raise ValueError(f"op={op!r} is not an element-wise reduction: choose one of {', '.join(REDUCE_OPS)}")
     grid = transport.grid
-    token = transport.verify(signature)
+    buf = transport.gate(buf, transport.verify(signature))
     if signature.elements == 0:  # checked, nothing to move
-        return transport.finish(buf, token)
+        return buf
     buf = scale(buf, prescale)
     if signature.algorithm == "flat":
         out = transport.allreduce_flat(buf, op) if grid.size > 1 else buf
-        return transport.finish(scale(out, postscale), token)
+        return scale(out, postscale)
     shard = transport.reduce_scatter(buf, op) if grid.x > 1 else buf
     if grid.y > 1:
         shard = transport.allreduce(shard, op)
     shard = scale(shard, postscale)
-    out = transport.allgather(shard) if grid.x > 1 else shard
-    return transport.finish(out, token)
+    return transport.allgather(shard) if grid.x > 1 else shard

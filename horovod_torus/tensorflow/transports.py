@@ -3,9 +3,9 @@
 * :class:`HorovodTransport` implements :class:`horovod_torus.phases.Transport` with Horovod ops on the
   row and column process sets registered at init (``hvd.reducescatter``, ``hvd.allreduce``,
   ``hvd.allgather``): every Horovod backend (MPI and Gloo on CPU, NCCL on GPU), eager and in
-  ``tf.function``. The signature words are all-gathered on the global set (Horovod negotiates that
-  all-gather in the same cycle as phase 1; the comparison gates the result, so a mismatch raises on every
-  rank before the result is used).
+  ``tf.function``. The signature words are all-gathered on the global set first and compared; phase 1
+  waits for that comparison, so no data moves before the ranks agree, and no two process sets of one
+  call ever have operations in flight at once.
 * :func:`mpi_allreduce_op` runs :func:`horovod_torus.phases.allreduce_buffer` on a
   :class:`horovod_torus.mpi.TorusComm` inside ONE stateful ``tf.numpy_function`` (CPU tensors under
   Horovod's MPI controller): no Horovod negotiation on the data path. Being stateful, the calls run in
@@ -100,11 +100,11 @@ class HorovodTransport:
         _sum_only(op)
         return _hvd.allreduce(buf, op=_hvd.Sum, name=self._op_name("flat"))
 
-    def finish(self, out, token):
+    def gate(self, buf, token):
         if token is None or tf.executing_eagerly():
-            return out  # eagerly the check has already run (and raised)
+            return buf  # eagerly the check has already run (and raised)
         with tf.control_dependencies([token]):
-            return tf.identity(out)
+            return tf.identity(buf)
 
 
 def _sum_only(op):

@@ -66,6 +66,7 @@ def train(cfg: AppConfig) -> TrainResult:
 
     import horovod_torus.tensorflow.keras as hvd
     from horovod_torus.tensorflow.keras.callbacks import BroadcastGlobalVariablesCallback, MetricAverageCallback
+    from horovod_torus.tensorflow.keras.callbacks import StopTogetherCallback
     from keras_app import data
     from keras_app.callbacks import BatchSizeControl, CheckpointCallback, LearningRateWarmup
     from keras_app.checkpoint import CheckpointStore
@@ -112,6 +113,7 @@ def train(cfg: AppConfig) -> TrainResult:
         print(f"keras_app: {size} ranks, grid {grid}, strategy {cfg.train.strategy}, "
               f"{n_train} training images/epoch, batch schedule {batch_control.schedule}, "
               f"epochs {cfg.train.epochs}" + (f", resumed after epoch {start}" if start else ""), flush=True)
+    callbacks.append(StopTogetherCallback(on_nan="raise"))   # last: a stop or a NaN loss on any rank stops all
     val_batch = max(64, batch_control.schedule[0][1] // size)
     val = data.val_dataset(cfg.data, val_batch, split)
     for stage in batch_control.stages(cfg.train.epochs):
@@ -123,6 +125,8 @@ def train(cfg: AppConfig) -> TrainResult:
         model.fit(ds, steps_per_epoch=steps, initial_epoch=max(start, stage.start_epoch),
                   epochs=stage.end_epoch, validation_data=val, validation_freq=cfg.train.val_every_epochs,
                   callbacks=callbacks, verbose=cfg.train.verbose if rank == 0 else 0)
+        if model.stop_training:       # every rank together (StopTogetherCallback)
+            break
     if rank != 0:
         return TrainResult(model, None)
     summary = write_summary(os.path.join(out, "summary.json"), world_size=size, grid=grid,

@@ -55,14 +55,6 @@ def test_iterations_and_moments_survive_and_training_continues_identically(tmp_p
     assert loaded.get_compile_config()["metrics"] == ["mae"]
 
 
-def test_rewrapping_after_keras_load_model_loses_the_state(tmp_path):
-    """What load_model fixes: the README's former recipe (load, then wrap again) restarts at 0."""
-    _, path = _trained(tmp_path, keras.optimizers.Adam(0.01))
-    plain = keras.models.load_model(path)
-    assert int(plain.optimizer.iterations.numpy()) == 4
-    assert int(khvd.DistributedOptimizer(plain.optimizer, strategy=identity).iterations.numpy()) == 0
-
-
 def test_model_saved_without_optimizer_and_bad_kwargs(tmp_path):
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
     path = str(tmp_path / "bare.keras")

@@ -2,10 +2,25 @@
 from __future__ import annotations
 
 import keras
+import tensorflow as tf
 from keras import ops
 from keras.src.losses.losses import LossFunctionWrapper  # the base of every Keras loss class
 
 __all__ = ["LabelSmoothedSparseCategoricalCrossentropy", "label_smoothed_sparse_categorical_crossentropy"]
+
+
+def _check_labels(labels, num_classes):
+    """A ``tf.debugging.Assert`` that every label lies in ``[0, num_classes)``; its message names the first
+    label outside and the class count. Returns the assert op (None when executed eagerly)."""
+    labels = tf.convert_to_tensor(labels)
+    num_classes = tf.cast(num_classes, labels.dtype)
+    bad = tf.logical_or(labels < 0, labels >= num_classes)
+    first_bad = tf.boolean_mask(labels, bad)[:1]
+    message = tf.strings.format(
+        "label_smoothed_sparse_categorical_crossentropy: label {} is outside [0, num_classes) for "
+        "num_classes = {}: labels must be class ids 0..num_classes-1 (check the dataset's label offset "
+        "and the model's number of classes)", (first_bad, num_classes))
+    return tf.debugging.Assert(tf.logical_not(tf.reduce_any(bad)), [message])
 
 
 def label_smoothed_sparse_categorical_crossentropy(y_true, y_pred, label_smoothing=0.1, from_logits=False,
@@ -19,13 +34,19 @@ def label_smoothed_sparse_categorical_crossentropy(y_true, y_pred, label_smoothi
     Returns:
         float tensor of shape ``[B]``. Equals ``keras.losses.categorical_crossentropy(onehot(y), y_pred,
         label_smoothing=eps)`` (Keras applies ``q = onehot * (1 - eps) + eps / K``), which it calls.
+    Raises:
+        tf.errors.InvalidArgumentError: a label outside ``[0, K)`` (``one_hot`` would silently give it
+            an all-zero row, hence a finite, wrong loss); the message names the first such label and K.
+            Checked eagerly and inside ``tf.function`` / ``fit`` (a ``tf.debugging.Assert``); XLA
+            (``jit_compile=True``) drops the check.
     Source: Szegedy et al. 2016, "Rethinking the Inception Architecture", section 7.
     """
     num_classes = ops.shape(y_pred)[axis]
     y_true = ops.cast(y_true, "int32")
     if len(y_true.shape) == len(y_pred.shape) and y_true.shape[-1] == 1:
         y_true = ops.squeeze(y_true, axis=-1)
-    onehot = ops.one_hot(y_true, num_classes, dtype=y_pred.dtype)
+    with tf.control_dependencies([_check_labels(y_true, num_classes)]):
+        onehot = ops.one_hot(tf.identity(y_true), num_classes, dtype=y_pred.dtype)
     return keras.losses.categorical_crossentropy(onehot, y_pred, from_logits=from_logits,
                                                  label_smoothing=label_smoothing, axis=axis)
 

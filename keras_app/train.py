@@ -83,6 +83,7 @@ def train(cfg: AppConfig) -> TrainResult:
     import horovod_torus.tensorflow.keras as hvd
     from horovod_torus.devices import pin_gpu
     from horovod_torus.tensorflow.keras.callbacks import BroadcastGlobalVariablesCallback, MetricAverageCallback
+    from horovod_torus.tensorflow.keras.callbacks import StopTogetherCallback
     from keras_app import data
     from keras_app.callbacks import BatchSizeControl, CheckpointCallback, LearningRateWarmup
     from keras_app.checkpoint import CheckpointStore
@@ -141,6 +142,7 @@ def train(cfg: AppConfig) -> TrainResult:
         print(f"keras_app: {size} ranks, grid {grid}, strategy {cfg.train.strategy}, "
               f"{n_train} training images/epoch, batch schedule {batch_control.schedule}, "
               f"epochs {cfg.train.epochs}" + (f", resumed after epoch {start}" if start else ""), flush=True)
+    callbacks.append(StopTogetherCallback(on_nan="raise"))   # last: a stop or a NaN loss on any rank stops all
     for stage in batch_control.stages(cfg.train.epochs):
         if stage.end_epoch <= start:
             continue
@@ -151,6 +153,8 @@ def train(cfg: AppConfig) -> TrainResult:
         batch_control.set_pipeline_batch(stage.global_batch)
         model.fit(ds, steps_per_epoch=steps, initial_epoch=first, epochs=stage.end_epoch,
                   callbacks=callbacks, verbose=cfg.train.verbose if rank == 0 else 0)
+        if model.stop_training:       # every rank together (StopTogetherCallback)
+            break
     if rank != 0:
         return TrainResult(model, None)
     summary = write_summary(os.path.join(out, "summary.json"), world_size=size, grid=grid,

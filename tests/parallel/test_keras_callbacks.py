@@ -61,6 +61,19 @@ def test_warmup_lr_per_step_and_resume_mid_warmup(hvd, world):
     assert full.logs[0]["lr"] == full.logs[0]["learning_rate"] == np.float32(warmup_lr(0.8, size, 3, 0, SPE - 1))
 
 
+def test_fractional_warmup_reaches_and_holds_exactly_the_target(hvd, world):
+    import horovod_torus.tensorflow.keras as khvd
+    size, _ = world
+    rec = Recorder()
+    tiny_fit([khvd.callbacks.LearningRateWarmupCallback(0.2, warmup_epochs=0.5, momentum_correction=False),
+              rec], epochs=3, lr=0.2 / size)
+    ramp = [np.float32(warmup_lr(0.2, size, 0.5, 0, b)) for b in range(2)]   # batches 0, 1 of epoch 0
+    assert ramp[-1] == np.float32(0.2)
+    want = ramp + [np.float32(0.2)] * (3 * SPE - 2)                           # then exactly the target
+    assert [rec.lrs[(e, b)] for e in range(3) for b in range(SPE)] == want
+    assert [rec.logs[e]["lr"] for e in range(3)] == [np.float32(0.2)] * 3
+
+
 def test_schedule_per_epoch_staircase_and_smooth(hvd, world):
     import horovod_torus.tensorflow.keras as khvd
     stair, smooth = Recorder(), Recorder()

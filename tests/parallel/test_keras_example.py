@@ -43,10 +43,15 @@ def test_example_trains_and_rank0_checkpoints(hvd, world):
     gathered = flat_hvd.allgather(flat[tf.newaxis]).numpy()
     losses = flat_hvd.allgather(tf.constant([history.history["loss"]], tf.float64)).numpy()
     lrs = history.history["lr"]
+    seeds = np.concatenate([np.asarray(layer.seed_generator.state).ravel() for layer in model.layers
+                            if isinstance(layer, keras.layers.Dropout)])
+    seeds = flat_hvd.allgather(tf.constant(seeds[np.newaxis], tf.int64)).numpy()
     for r in range(size):
         np.testing.assert_array_equal(gathered[r], gathered[0])   # same weights on every rank
         np.testing.assert_array_equal(losses[r], losses[0])       # metrics averaged on every rank
     assert len(history.history["loss"]) == 2 and np.all(np.isfinite(losses))
+    # the broadcast callback leaves each rank's Dropout random state its own: different masks per rank
+    assert seeds.shape == (size, 4) and len({tuple(row) for row in seeds.tolist()}) == size, seeds
     # warm-up over 3 epochs from 0.001 toward 0.001 * size, 4 steps per epoch
     np.testing.assert_allclose(lrs[0], 0.001 * size / size * (1 * (size - 1) / 3 + 1), rtol=1e-6)
     if rank == 0:

@@ -28,3 +28,24 @@ def test_schedule_lr_smooth_uses_fractional_epochs():
     assert schedule_lr(2.0, lambda e: e, 1, 3, staircase=False, steps_per_epoch=4) == 2.0 * 1.75
     with pytest.raises(ValueError, match="steps_per_epoch"):
         schedule_lr(2.0, lambda e: e, 1, 3, staircase=False)
+
+
+def test_fractional_warmup_reaches_and_holds_exactly_the_target():
+    # size 4, half an epoch of warm-up, 4 steps per epoch: batches 0 and 1 ramp, then exactly 1.0
+    m = [warmup_multiplier(b / 4, 4, 0.5, 4) for b in range(4)]
+    assert m == [0.25 * (0.25 * 3 / 0.5 + 1), 1.0, 1.0, 1.0]
+    # 0.3 epochs of 10 steps: 0.3 * 10 is 3.0000000000000004 in floats; the ramp still ends on exactly 1
+    assert [warmup_multiplier(b / 10, 4, 0.3, 10) for b in range(2, 5)] == [1.0, 1.0, 1.0]
+    # 2.5 steps of warm-up (0.5 epoch of 5 steps): never above 1
+    assert max(warmup_multiplier(b / 5, 8, 0.5, 5) for b in range(5)) == 1.0
+
+
+def test_schedule_lr_smooth_fractional_end_epoch_ends_mid_epoch():
+    lr = lambda e, b: schedule_lr(0.2, lambda x: x, e, b, end_epoch=0.5, staircase=False,  # noqa: E731
+                                  steps_per_epoch=4)
+    assert [lr(0, b) for b in range(4)] == [0.0, 0.2 * 0.25, None, None]
+    assert lr(1, 0) is None
+    # integer bounds: the same window as the staircase test (epoch 3 batch 0 is outside [1, 3))
+    assert schedule_lr(1.0, 0.5, 2, 3, start_epoch=1, end_epoch=3, staircase=False, steps_per_epoch=4) \
+        == pytest.approx(0.5 ** 1.75)
+    assert schedule_lr(1.0, 0.5, 3, 0, start_epoch=1, end_epoch=3, staircase=False, steps_per_epoch=4) is None

@@ -8,6 +8,7 @@ has not built it yet); metrics are averaged in ONE grouped all-reduce through a 
 """
 from __future__ import annotations
 
+import math
 import warnings
 import zlib
 
@@ -18,11 +19,11 @@ import tensorflow as tf
 
 from horovod_torus.strategies.registry import DEFAULT_STRATEGY, resolve_strategy
 from horovod_torus.tensorflow.keras.schedules import schedule_lr, warmup_multiplier
-from horovod_torus.tensorflow.reductions import grouped_allreduce
+from horovod_torus.tensorflow.reductions import allreduce, grouped_allreduce
 from horovod_torus.tensorflow.variables import broadcast_variables
 
 __all__ = ["BroadcastGlobalVariablesCallback", "MetricAverageCallback", "LearningRateScheduleCallback",
-           "LearningRateWarmupCallback"]
+           "LearningRateWarmupCallback", "StopTogetherCallback"]
 
 
 def _require_init(cls_name: str) -> None:
@@ -32,7 +33,15 @@ def _require_init(cls_name: str) -> None:
 
 
 class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
-    """Broadcast the model's variables and the optimizer's state from ``root_rank`` once, before training.
+    """Broadcast the model's weights and the optimizer's state from ``root_rank`` once, before training.
+
+    What is sent: ``model.weights`` (trainable and non-trainable weights, e.g. batch-norm statistics) and
+    ``optimizer.variables``. What is NOT sent: the random state of the model's layers (the Keras
+    ``SeedGenerator`` state of Dropout, RandomFlip, GaussianNoise..., which ``model.variables`` also
+    lists) and metric state: each rank keeps its own, so the ranks draw different dropout masks and
+    augmentations, as data parallelism needs. That random state comes from each rank's own seed: seed
+    every rank differently (``keras.utils.set_random_seed(seed + hvd.rank())``; the weights still start
+    equal, from the broadcast), or leave Keras unseeded (random per process).
 
     At ``on_train_begin`` (model built: the usual case in Keras 3, whose ``fit`` builds model and
     optimizer first) or else after the first batch (a subclassed model built by its first call, as
@@ -70,7 +79,7 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
         opt = getattr(model, "optimizer", None)
         if opt is not None and not opt.built:
             opt.build(model.trainable_variables)
-        variables = [v for v in model.variables if id(v) not in self._local]
+        variables = [v for v in model.weights if id(v) not in self._local]   # no seeds, no metrics
         if opt is not None:
             variables += [v for v in opt.variables if id(v) not in self._local]
         with tf.device(self.device):
@@ -202,6 +211,8 @@ class LearningRateWarmupCallback(LearningRateScheduleCallback):
     ``warmup_epochs`` epochs, changed every batch (see :func:`schedules.warmup_multiplier` for the exact
     formula, Horovod's). ``initial_lr`` is the target rate, already scaled by the number of ranks.
     Same parameters as Horovod's; resume-safe (``fit(initial_epoch=k)`` continues the ramp at epoch k).
+    ``warmup_epochs`` may be fractional (e.g. 0.5): the rate reaches exactly ``initial_lr`` on the last
+    batch before that fractional epoch and is not changed afterwards (it never overshoots the target).
     """
 
     def __init__(self, initial_lr, warmup_epochs=5, momentum_correction=True, steps_per_epoch=None,
@@ -219,6 +230,95 @@ class LearningRateWarmupCallback(LearningRateScheduleCallback):
 
     def on_epoch_end(self, epoch, logs=None):
         super().on_epoch_end(epoch, logs)
-        if epoch == self.end_epoch - 1 and self.verbose > 0 and _hvd.rank() == 0:
+        if epoch == math.ceil(self.end_epoch) - 1 and self.verbose > 0 and _hvd.rank() == 0:
             lr = float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate))
             print(f"\nEpoch {epoch + 1}: finished gradual learning rate warmup to {lr:g}.")
+
+
+class StopTogetherCallback(keras.callbacks.Callback):
+    """Stop every rank at the same step when any rank stops: a rank-dependent early stop never leaves the
+    other ranks waiting in the next all-reduce.
+
+    Keras decides to stop on each rank alone: ``TerminateOnNaN`` when that rank's loss is not finite,
+    ``EarlyStopping`` on that rank's metric, any callback that sets ``model.stop_training``. A rank that
+    leaves ``fit`` while the others start the next step leaves them blocked in the next gradient
+    all-reduce. This callback all-reduces the decision: at every batch end and every epoch end, one small
+    all-reduce (float32, one element per rank, op Sum, ``strategy`` "ring" = Horovod's own all-reduce)
+    tells every rank which ranks set ``model.stop_training`` and which saw a non-finite ``logs["loss"]``;
+    if any did, every rank sets ``model.stop_training`` and leaves ``fit`` after the same batch (Keras
+    then still runs that epoch's validation and ``on_epoch_end`` on every rank, in step).
+
+    Put it LAST in the callback list, after every callback that may set ``model.stop_training``: Keras
+    calls callbacks in list order and checks ``stop_training`` right after the batch-end callbacks, so a
+    stop requested by a callback placed after this one would not be shared. Create it on every rank.
+
+    Args:
+        on_nan: what a non-finite (NaN or infinite) ``logs["loss"]`` on any rank does after a batch:
+            ``"stop"`` (default): every rank stops after this batch (``TerminateOnNaN`` on all ranks);
+            ``"raise"``: every rank raises FloatingPointError at this batch end, so the epoch-end callbacks
+            (e.g. a checkpoint of NaN weights) do not run; ``None``: the loss is not examined.
+        strategy: keyword-only; the all-reduce strategy of the vote (``"ring"``).
+        verbose: 1: rank 0 prints which ranks stopped the run, and when.
+
+    Attributes:
+        stopped: None, or ``{"epoch", "batch" (None at an epoch end), "stop_ranks", "nan_ranks"}`` of the
+            step at which every rank stopped (the same on every rank).
+
+    Raises:
+        RuntimeError: created before ``hvd.init()``. ValueError: a bad ``on_nan``.
+        FloatingPointError: ``on_nan="raise"`` and a rank's loss was not finite (on every rank).
+
+    Cost: one all-reduce of ``4 * size`` bytes per batch (a latency-bound message next to the step's
+    gradient all-reduce).
+    """
+
+    async_safe = False          # its all-reduce must run in step with the training loop
+
+    def __init__(self, on_nan="stop", *, strategy="ring", verbose=0):
+        super().__init__()
+        _require_init(type(self).__name__)
+        if on_nan not in ("stop", "raise", None):
+            raise ValueError(f"on_nan={on_nan!r} must be 'stop', 'raise' or None")
+        resolve_strategy(strategy)
+        self.on_nan, self.strategy, self.verbose = on_nan, strategy, verbose
+        self.stopped = None
+        self._epoch = 0
+
+    def on_train_begin(self, logs=None):
+        self.stopped = None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+
+    def _vote(self, logs, batch):
+        """All-reduce this rank's (stop, non-finite loss) flags; apply the common decision."""
+        if self.stopped is not None:        # already decided, identically on every rank: no vote needed
+            self.model.stop_training = True
+            return
+        stop = bool(self.model.stop_training)
+        nan = False
+        if self.on_nan is not None and logs is not None and logs.get("loss") is not None:
+            nan = not bool(np.all(np.isfinite(np.asarray(logs["loss"], np.float64))))
+        flags = np.zeros([_hvd.size()], np.float32)
+        flags[_hvd.rank()] = 1.0 * stop + 2.0 * nan
+        codes = allreduce(tf.constant(flags), op=_hvd.Sum, strategy=self.strategy).numpy().astype(int)
+        if not codes.any():
+            return
+        where = f"epoch {self._epoch}" + ("" if batch is None else f" batch {batch}")
+        self.stopped = {"epoch": self._epoch, "batch": batch,
+                        "stop_ranks": [int(r) for r in np.flatnonzero(codes & 1)],
+                        "nan_ranks": [int(r) for r in np.flatnonzero(codes & 2)]}
+        self.model.stop_training = True
+        if self.stopped["nan_ranks"] and self.on_nan == "raise":
+            raise FloatingPointError(f"non-finite loss on rank(s) {self.stopped['nan_ranks']} at {where}: "
+                                     f"training stopped on every rank")
+        if self.verbose and _hvd.rank() == 0:
+            print(f"\nStopTogetherCallback: {where}: every rank stops (stop requested by rank(s) "
+                  f"{self.stopped['stop_ranks']}, non-finite loss on rank(s) {self.stopped['nan_ranks']})",
+                  flush=True)
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._vote(logs, batch)
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._vote(None, None)

@@ -1,5 +1,6 @@
 """The label-smoothed loss equals Keras' categorical cross-entropy on one-hot targets, and the formula."""
 import keras
+import tensorflow as tf
 import numpy as np
 import pytest
 
@@ -38,3 +39,29 @@ def test_serialises():
     loss = LabelSmoothedSparseCategoricalCrossentropy(0.2, from_logits=True)
     back = keras.losses.deserialize(keras.losses.serialize(loss))
     assert (back.label_smoothing, back.from_logits) == (0.2, True)
+
+
+@pytest.mark.parametrize("bad", [4096, -1, 10])
+def test_label_out_of_range_raises_eagerly_naming_value_and_class_count(bad):
+    loss = LabelSmoothedSparseCategoricalCrossentropy(0.1, from_logits=True)
+    logits = np.zeros((3, 10), np.float32)
+    with pytest.raises(tf.errors.InvalidArgumentError) as err:
+        loss(np.array([1, bad, 2]), logits)
+    assert f"label [{bad}] is outside [0, num_classes)" in str(err.value)
+    assert "num_classes = 10" in str(err.value)
+    assert float(loss(np.array([0, 9, 2]), logits)) == pytest.approx(np.log(10))   # edges are valid
+
+
+def test_label_out_of_range_raises_in_tf_function_and_fit():
+    loss = LabelSmoothedSparseCategoricalCrossentropy(0.1, from_logits=True)
+    traced = tf.function(lambda y, p: loss(y, p))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"label \[4096\] is outside"):
+        traced(tf.constant([[4096], [3]]), tf.zeros((2, 10)))
+    assert float(traced(tf.constant([[9], [3]]), tf.zeros((2, 10)))) == pytest.approx(np.log(10))
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(10)])
+    model.compile(optimizer="sgd", loss=loss, jit_compile=False)
+    x = np.ones((8, 4), np.float32)
+    model.fit(x, np.arange(8) % 10, batch_size=4, epochs=1, verbose=0)     # in range: trains
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"label \[-1\] .*num_classes = 10"):
+        model.fit(x, np.array([0, 1, 2, 3, 4, 5, 6, -1]), batch_size=4, epochs=1, verbose=0)

@@ -1,0 +1,88 @@
+"""``load_model``: a saved Keras 3 model back with a ``DistributedOptimizer`` that keeps the optimizer state.
+
+Horovod's ``horovod.tensorflow.keras.load_model`` maps the optimizer class names to wrapping factories
+during deserialization (Keras 2). Keras 3 restores the optimizer state (iterations, moments, learning
+rate) into the optimizer it deserializes; wrapping that optimizer afterwards with
+:func:`DistributedOptimizer` builds a NEW optimizer from its config, without that state (iterations
+back to 0, moments zero). :func:`load_model` therefore loads the model with plain Keras, wraps its
+optimizer, copies every optimizer variable into the wrapper and compiles the model again with the
+wrapper and the saved loss and metrics.
+"""
+from __future__ import annotations
+
+import keras
+
+from horovod_torus.strategies.registry import DEFAULT_STRATEGY
+from horovod_torus.tensorflow.keras.optimizer import Compression, DistributedOptimizer
+
+__all__ = ["load_model"]
+
+
+def load_model(filepath, custom_optimizers=None, custom_objects=None, compression=Compression.none, *,
+               safe_mode=True, strategy=DEFAULT_STRATEGY, **distributed_optimizer_kwargs):
+    """Load a ``.keras`` model saved with (or without) a DistributedOptimizer, ready to train on.
+
+    Same leading parameters as ``horovod.tensorflow.keras.load_model`` (0.28.1; ``legacy_opts`` is Keras
+    2 only and not accepted). The model's optimizer is wrapped in a :func:`DistributedOptimizer` that
+    carries the saved optimizer state: ``iterations``, the learning rate, momenta / Adam moments (every
+    optimizer variable, compared by path and shape). The model is compiled again with the saved loss,
+    metrics and options and that optimizer, with ``jit_compile=False`` (XLA cannot compile Horovod's
+    collectives).
+
+    Args:
+        filepath: path of a ``.keras`` file written by ``model.save``.
+        custom_optimizers: optional list of optimizer classes (not in ``keras.optimizers``) the model may
+            use; they are looked up by class name.
+        custom_objects: optional ``{name: class or function}`` for other custom layers, losses, metrics.
+        compression: ``hvd.Compression.none`` or ``.fp16``, passed to DistributedOptimizer.
+        safe_mode: passed to ``keras.models.load_model``.
+        strategy: keyword-only; the all-reduce strategy of the wrapped optimizer (``"torus"``).
+        **distributed_optimizer_kwargs: other keyword arguments of :func:`DistributedOptimizer`
+            (``op``, ``groups``, ``gradient_predivide_factor``, ``sparse_as_dense``, ...).
+
+    Returns:
+        The ``keras.Model``, compiled with a DistributedOptimizer (same class name as the saved
+        optimizer). A model saved without an optimizer (not compiled) is returned as loaded.
+
+    Raises:
+        ValueError: the file cannot be loaded (from Keras), or the loaded optimizer's variables do not
+        match the wrapper's (names and shapes); the message names the first mismatch.
+        TypeError / ValueError from :func:`DistributedOptimizer` for bad keyword arguments.
+
+    Example::
+
+        import horovod_torus.tensorflow.keras as hvd
+        hvd.init()
+        model = hvd.load_model("checkpoint-4.keras")       # iterations and moments as saved
+        model.fit(dataset, initial_epoch=4, epochs=10,
+                  callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
+    """
+    objects = {cls.__name__: cls for cls in custom_optimizers or []}
+    objects.update(custom_objects or {})
+    model = keras.models.load_model(filepath, custom_objects=objects, compile=True, safe_mode=safe_mode)
+    loaded = getattr(model, "optimizer", None)
+    if loaded is None:
+        return model
+    dist = DistributedOptimizer(loaded, compression=compression, strategy=strategy,
+                                **distributed_optimizer_kwargs)
+    with keras.saving.custom_object_scope(objects):
+        config = keras.saving.deserialize_keras_object(model.get_compile_config())
+    config.update(optimizer=dist, jit_compile=False)
+    model.compile(**config)
+    if loaded.built:
+        dist.build(model.trainable_variables)
+        _copy_state(loaded, dist, filepath)
+    return model
+
+
+def _copy_state(source, target, filepath) -> None:
+    """Assign every variable of the loaded optimizer to the wrapper's variable of the same path/shape."""
+    src, dst = list(source.variables), list(target.variables)
+    if len(dst) < len(src):
+        raise ValueError(f"load_model({filepath!r}): the saved optimizer has {len(src)} variables, the "
+                         f"DistributedOptimizer {len(dst)}: it cannot take the saved state")
+    for s, d in zip(src, dst):
+        if s.path.split("/")[-1] != d.path.split("/")[-1] or tuple(s.shape) != tuple(d.shape):
+            raise ValueError(f"load_model({filepath!r}): saved optimizer variable {s.path} "
+                             f"{tuple(s.shape)} does not match {d.path} {tuple(d.shape)}")
+        d.assign(s)

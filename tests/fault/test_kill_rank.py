@@ -1,0 +1,171 @@
+"""A rank killed (SIGKILL) mid-epoch of the smoke preset, under mpirun and under horovodrun.
+
+Each test starts a real 4-rank launch of ``python -m keras_app.train --preset fashion_mnist_smoke`` (a
+smaller epoch: 512 images, 8 steps of global batch 64, validation after epoch 2 only), waits until
+checkpoint 1 is on disk and rank 0 has reported a step of epoch 2, kills one rank with SIGKILL and
+asserts: the launcher and every other rank are gone within
+DEADLINE_S seconds, the launcher exits non-zero with a message naming the dead process, checkpoint 1 is
+intact (its SHA-256 sums match), and a ``--resume`` launch continues from it and completes epoch 2.
+
+Run directly (not under mpirun): ``.venv/bin/python -m pytest -q tests/fault``. Each launch runs in its
+own session, killed whole if a test fails, so nothing is left behind.
+"""
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PYTHON = os.environ.get("PYTHON", sys.executable)
+NP = 4
+DEADLINE_S = 60          # the other ranks must be gone this soon after the kill
+START_TIMEOUT_S = 1800   # for checkpoint 1 (tracing ResNet-50 in 4 processes on a loaded 2-core box)
+ARGS = ["-m", "keras_app.train", "--preset", "fashion_mnist_smoke", "--train-examples", "512",
+        "--val-examples", "64", "--val-every-epochs", "2", "--batch-schedule", "0:64", "--epochs", "2",
+        "--grid", "2x2", "--intra-op-threads", "1", "--inter-op-threads", "1", "--verbose", "1"]
+RANK_ENV = {"mpirun": "OMPI_COMM_WORLD_RANK", "horovodrun": "HOROVOD_RANK"}
+
+
+def _env():
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               TF_CPP_MIN_LOG_LEVEL="2", PYTHONWARNINGS="ignore", OMPI_MCA_rmaps_base_oversubscribe="1",
+               PATH=os.path.dirname(PYTHON) + os.pathsep + os.environ["PATH"])
+    env.pop("HOROVOD_TORUS_GRID", None)
+    return env
+
+
+def _command(launcher, out, *extra):
+    app = [PYTHON] + ARGS + ["--output-dir", out] + list(extra)
+    if launcher == "mpirun":
+        return ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(NP),
+                "-x", "PYTHONPATH", "-x", "TF_CPP_MIN_LOG_LEVEL", "-x", "PYTHONWARNINGS", "-x", "PATH"] + app
+    return ["horovodrun", "--gloo", "-np", str(NP), "-H", f"localhost:{NP}", "--disable-cache"] + app
+
+
+def _session_pids(sid):
+    """Live processes of session ``sid`` (the launch), as {pid: environ dict}."""
+    found = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as fh:
+                stat = fh.read()
+            fields = stat[stat.rindex(")") + 2:].split()
+            if int(fields[3]) != sid or fields[0] == "Z":        # session id; skip zombies
+                continue
+            with open(f"/proc/{name}/environ", "rb") as fh:
+                env = dict(kv.split(b"=", 1) for kv in fh.read().split(b"\0") if b"=" in kv)
+            found[int(name)] = {k.decode(errors="replace"): v.decode(errors="replace") for k, v in env.items()}
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+def _ranks(sid, launcher):
+    """{rank: pid} of the Python processes of the launch running keras_app.train."""
+    ranks = {}
+    for pid, env in _session_pids(sid).items():
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                cmd = fh.read().split(b"\0")
+        except OSError:
+            continue
+        if b"keras_app.train" in cmd and os.path.basename(cmd[0].decode()).startswith("python") \
+                and RANK_ENV[launcher] in env:
+            ranks[int(env[RANK_ENV[launcher]])] = pid
+    return ranks
+
+
+def _epoch2_step_done(log_path):
+    """Rank 0's Keras progress bar shows a finished step (``k/8``, k < 8) after the ``Epoch 2/2`` header."""
+    text = log_path.read_text(errors="replace")
+    return "Epoch 2/2" in text and any(f"{k}/8" in text.split("Epoch 2/2", 1)[1] for k in range(1, 8))
+
+
+def _kill_session(proc):
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def _checkpoint_intact(path):
+    with open(os.path.join(path, "state.json")) as fh:
+        meta = json.load(fh)
+    for name, digest in meta["sha256"].items():
+        with open(os.path.join(path, name), "rb") as fh:
+            assert hashlib.sha256(fh.read()).hexdigest() == digest, f"{path}/{name} is damaged"
+    return meta
+
+
+@pytest.mark.parametrize("launcher,victim", [("mpirun", 1), ("horovodrun", 2)])
+def test_killed_rank_ends_the_run_and_resume_continues(tmp_path, launcher, victim):
+    out = str(tmp_path / "run")
+    ckpts = os.path.join(out, "checkpoints")
+    log_path = tmp_path / "first.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(_command(launcher, out), cwd=ROOT, env=_env(), stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        # wait for checkpoint 1 (end of epoch 1) and a finished step of epoch 2 in rank 0's progress bar
+        t0 = time.monotonic()
+        while not (os.path.isdir(os.path.join(ckpts, "ckpt-0001")) and _epoch2_step_done(log_path)):
+            assert proc.poll() is None, f"the launch ended (exit {proc.returncode}) before epoch 2:\n" \
+                                        f"{log_path.read_text()[-3000:]}"
+            assert time.monotonic() - t0 < START_TIMEOUT_S, "no step of epoch 2 in time"
+            time.sleep(0.2)
+        ranks = _ranks(proc.pid, launcher)
+        assert sorted(ranks) == list(range(NP)), f"rank processes found: {ranks}"
+        assert not os.path.exists(os.path.join(ckpts, "ckpt-0002")), "epoch 2 ended before the kill"
+        os.kill(ranks[victim], signal.SIGKILL)
+        killed = time.monotonic()
+        try:
+            rc = proc.wait(timeout=DEADLINE_S)
+        except subprocess.TimeoutExpired:
+            alive = _ranks(proc.pid, launcher)
+            pytest.fail(f"{launcher}: {DEADLINE_S} s after SIGKILL of rank {victim}, the launcher is still "
+                        f"running; ranks still alive: {sorted(alive)}\n{log_path.read_text()[-3000:]}")
+        while _ranks(proc.pid, launcher) and time.monotonic() - killed < DEADLINE_S:
+            time.sleep(0.5)
+        left = _ranks(proc.pid, launcher)
+        elapsed = time.monotonic() - killed
+    finally:
+        _kill_session(proc)
+    text = log_path.read_text()
+    print(f"{launcher}: rank {victim} killed; launcher exit {rc} after {elapsed:.1f} s")
+    assert not left, f"ranks {sorted(left)} still alive {DEADLINE_S} s after the kill"
+    assert rc != 0
+    assert elapsed < DEADLINE_S
+    if launcher == "mpirun":
+        assert f"process rank {victim} with PID" in text and "exited on signal 9" in text, text[-3000:]
+    else:
+        assert "exit with status code" in text or "Process {victim}".format(victim=victim) in text, text[-3000:]
+    assert sorted(os.listdir(ckpts)) == ["ckpt-0001"], os.listdir(ckpts)   # no partial checkpoint 2
+    meta = _checkpoint_intact(os.path.join(ckpts, "ckpt-0001"))
+    assert meta["epoch"] == 1
+
+    # --resume continues from checkpoint 1 and completes epoch 2
+    log2 = tmp_path / "resume.log"
+    with open(log2, "w") as log:
+        proc = subprocess.Popen(_command(launcher, out, "--resume"), cwd=ROOT, env=_env(), stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        rc = proc.wait(timeout=START_TIMEOUT_S)
+    finally:
+        _kill_session(proc)
+    text = log2.read_text()
+    assert rc == 0, text[-3000:]
+    assert "resumed after epoch 1" in text
+    with open(os.path.join(out, "summary.json")) as fh:
+        summary = json.load(fh)
+    assert [e["epoch"] for e in summary["epochs"]] == [1, 2]
+    assert summary["epochs"][0] == meta["state"]["epochs"][0]       # epoch 1 restored, not re-run
+    assert sorted(os.listdir(ckpts)) == ["ckpt-0001", "ckpt-0002"]
+    _checkpoint_intact(os.path.join(ckpts, "ckpt-0002"))

@@ -23,6 +23,7 @@ from horovod_torus.tensorflow.keras.optimizer import (  # noqa: F401
 from horovod_torus.tensorflow.runtime import backend, grid, init, shutdown, torus, torus_process_sets  # noqa: F401
 from horovod_torus.tensorflow.torus import TorusAllreduce  # noqa: F401
 from horovod_torus.tensorflow.keras import callbacks  # noqa: F401,E402
+from horovod_torus.tensorflow.keras.saving import load_model  # noqa: F401,E402
 from horovod_torus.tensorflow.reductions import allreduce as _allreduce  # noqa: E402
 from horovod_torus.tensorflow.variables import broadcast_variables  # noqa: F401,E402
 

@@ -30,6 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="All-reduce benchmark: torus (horovod_torus), ring (Horovod), mpi-torus (mpi4py), "
                     "mpi (MPI_Allreduce). Run under mpirun -np N or horovodrun -np N.")
     p.add_argument("-b", "--minbytes", default="4", help="smallest message in bytes, K/M/G suffixes (4)")
+    p.add_argument("--sizes", default=None, metavar="LIST",
+                   help="comma-separated message sizes instead of the -b/-e/-f sweep, e.g. 8,4K,64K,1M,16M,100M")
     p.add_argument("-e", "--maxbytes", default="128M", help="largest message in bytes (128M)")
     p.add_argument("-f", "--stepfactor", type=float, default=2.0, help="size multiplier per row (2)")
     p.add_argument("-n", "--iters", type=int, default=20, help="timed iterations per row (20)")
@@ -56,7 +58,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def config_from_args(args) -> BenchConfig:
     """Validate the flags (identically on every rank, before any collective). Raises ValueError."""
-    sizes = sweep_sizes(parse_size(args.minbytes), parse_size(args.maxbytes), args.stepfactor)
+    if args.sizes:
+        sizes = sorted({parse_size(x) for x in args.sizes.split(",") if x.strip()})
+    else:
+        sizes = sweep_sizes(parse_size(args.minbytes), parse_size(args.maxbytes), args.stepfactor)
     names = [n for item in args.strategies for n in item.split(",") if n]
     if args.grid is not None:
         from horovod_torus.topology import TorusTopology

@@ -122,14 +122,14 @@ def _time_loop(step, iters, warmup, barrier, sync):
 def _tf_runner(reduce, strategy, count, dtype, rank, nranks):
     """(step, sync, result) for a TF strategy: one tf.function call per iteration."""
     import tensorflow as tf
-    from horovod.tensorflow import Sum
+    from horovod.tensorflow import Compression, Sum
 
     x = tf.constant(rank_input(count, rank, nranks, dtype), dtype=getattr(tf, dtype))
     out = []
 
     @tf.function
     def step_fn():
-        return reduce([x], op=Sum, name=f"bench_{strategy}")[0]
+        return reduce([x], Sum, f"bench_{strategy}", Compression.none, 1.0, 1.0)[0]  # the six strategy args
 
     step_fn.get_concrete_function()  # trace now: tracing is never part of a timed iteration
 

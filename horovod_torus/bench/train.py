@@ -249,7 +249,7 @@ def run(config: TrainBenchConfig):
     local_s = _timed(local_step, config.steps, config.warmup_steps, control.barrier)
     step_s = _timed(train_step, config.steps, config.warmup_steps, control.barrier)
     grads = tf.function(gradients)()[1]
-    sync_fn = tf.function(lambda: reduce(grads, op=hvd.Average, name="sync"))  # every output is fetched
+    sync_fn = tf.function(lambda: reduce(grads, hvd.Average, "sync", hvd.Compression.none, 1.0, 1.0))  # all fetched
     sync_s = _timed(sync_fn, config.sync_iters, 1, control.barrier)
     checksum = float(sum(tf.reduce_sum(tf.cast(tf.abs(v), tf.float64)) for v in variables))
     peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB

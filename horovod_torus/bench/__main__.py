@@ -52,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="data path of the torus strategy (horovod_torus.tensorflow.init(backend=...); "
                         "default: HOROVOD_TORUS_BACKEND, else auto)")
     p.add_argument("--json", default=None, metavar="FILE", help="write the rows and host facts as JSON")
+    p.add_argument("--version", action="version", version=f"%(prog)s {__import__('horovod_torus').__version__}")
     p.add_argument("--plot", default=None, metavar="FILE.png", help="plot busbw and time against size")
     return p
 

@@ -11,7 +11,7 @@ import pytest
 from horovod_torus import __version__
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-CLIS = ["keras_app.train", "keras_app.data", "horovod_torus.plan", "horovod_torus.doctor",
+CLIS = ["keras_app.train", "keras_app.data", "horovod_torus.plan", "horovod_torus.doctor", "horovod_torus.bench",
         "horovod_torus.bench.train", "horovod_torus.bench.report"]
 
 
@@ -52,4 +52,5 @@ def test_app_help_lists_allowed_values():
     for (_, name), allowed in CHOICES.items():
         assert "{" + ",".join(map(str, allowed)) + "}" in text, name
     with pytest.raises(SystemExit):
-        build_parser().parse_args(["--strategy", "tree"])
+        build_parser().parse_args(["--optimizer", "rmsprop"])
+    assert build_parser().parse_args(["--strategy", "mine"])  # any registered name: checked by validate()

@@ -9,32 +9,47 @@ APT_PKGS := openmpi-bin libopenmpi-dev dataset-fashion-mnist
 HVD_FLAGS := HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1 \
              HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1
 NP ?= 4
+# GPU=1: tensorflow[and-cuda] of the pinned version (requirements-gpu.txt + constraints-gpu.txt) and Horovod
+# with NCCL (needs CUDA and NCCL, e.g. `module load cuda cudnn nccl`; HOROVOD_NCCL_HOME if not found).
+GPU ?=
+REQS := requirements$(if $(GPU),-gpu).txt
+CONS := constraints$(if $(GPU),-gpu).txt
+BUILD_CHECKS := TensorFlow MPI Gloo $(if $(GPU),NCCL)
+ifneq ($(GPU),)
+HVD_FLAGS += HOROVOD_GPU_OPERATIONS=NCCL
+endif
 
 .PHONY: help setup test unit parallel demo bench cluster-bench cluster-train clean
 help:
 	@echo "make setup   install apt packages, .venv, the pinned stack and Horovod 0.28.1 (idempotent)"
 	@echo "make test    setup + unit tests + multi-rank tests under mpirun and horovodrun"
-	@echo "make demo    setup + ResNet-50 on Fashion-MNIST, 4 ranks on a 2x2 torus"
+	@echo "make demo    setup + ResNet-50 on Fashion-MNIST, 4 ranks on a 2x2 torus (NP=N: N ranks)"
+	@echo "make setup GPU=1   the GPU stack: tensorflow[and-cuda], Horovod with NCCL (needs CUDA + NCCL)"
 	@echo "make bench   setup + the all-reduce benchmark sweep (mpi_scripts/bench.sh)"
 	@echo "make cluster-bench  setup + all-reduce on an emulated 4-node cluster, node and rails wirings (root)"
 	@echo "make cluster-train  setup + ResNet-50 torus vs ring on the emulated rails cluster (root)"
 
 setup: $(STAMPS)/horovod $(STAMPS)/project
 	@$(VENV)/bin/horovodrun --check-build | tee $(STAMPS)/check-build.txt
-	@for w in TensorFlow MPI Gloo; do \
+	@for w in $(BUILD_CHECKS); do \
 	  grep -Eq "\[X\] $$w" $(STAMPS)/check-build.txt || { echo "ERROR: Horovod was built without $$w (see above); rm -rf $(VENV) and run make setup again" >&2; exit 1; }; done
 
 $(STAMPS)/apt:
-	@missing=""; for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	@if ! command -v apt-get >/dev/null 2>&1; then \
+	  if command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1; then \
+	    echo "make setup: no apt-get here; using the MPI on PATH ($$(command -v mpirun)); skipping $(APT_PKGS) (Fashion-MNIST: pass --data-dir to the app)"; \
+	  else echo "ERROR: no apt-get and no MPI on PATH: load your site's MPI first (e.g. module load openmpi or hpcx)" >&2; exit 1; fi; \
+	  mkdir -p $(STAMPS) && touch $@; exit 0; fi; \
+	missing=""; for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then echo "apt-get install$$missing"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; fi
 	@mkdir -p $(STAMPS) && touch $@
 
-$(STAMPS)/venv: requirements.txt constraints.txt $(STAMPS)/apt
+$(STAMPS)/venv: $(REQS) $(CONS) $(STAMPS)/apt
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip wheel setuptools
-	$(PIP) install -q -r requirements.txt -c constraints.txt
+	$(PIP) install -q -r $(REQS) -c $(CONS)
 	@mkdir -p $(STAMPS) && touch $@
 
 $(STAMPS)/horovod: $(STAMPS)/venv
@@ -59,8 +74,11 @@ test: setup
 	@bash tests/parallel/run_stall.sh
 	@bash tests/cluster/run.sh
 
+# NP ranks on the default grid (2x2 for 4, as in the README; else a node's ranks in one row), the demo's
+# global batches rounded down to multiples of NP (256 and 512 for 1, 2, 4, 8 ranks; 252 and 510 for 6).
 demo: setup
-	@bash mpi_scripts/run_local.sh $(NP) --preset fashion_mnist_demo --grid 2x2
+	@bash mpi_scripts/run_local.sh $(NP) --preset fashion_mnist_demo $(if $(filter 4,$(NP)),--grid 2x2) \
+	  --batch-schedule 0:$$(( 256 / $(NP) * $(NP) )),1:$$(( 512 / $(NP) * $(NP) ))
 
 bench: setup
 	@bash mpi_scripts/bench.sh

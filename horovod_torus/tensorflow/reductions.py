@@ -9,7 +9,6 @@ from __future__ import annotations
 import horovod.tensorflow as _hvd
 import tensorflow as tf
 
-from horovod_torus.scaling import scale
 from horovod_torus.strategies.registry import DEFAULT_STRATEGY, resolve_strategy
 
 __all__ = ["allreduce", "grouped_allreduce", "reduce_sparse", "check_process_set"]
@@ -46,8 +45,8 @@ def reduce_sparse(g: tf.IndexedSlices, op, prescale_factor=1.0, postscale_factor
                                   f"gradient_predivide_factor): use sparse_as_dense=True")
     values = _hvd.allgather(g.values, name=name and f"{name}_values")
     indices = _hvd.allgather(g.indices, name=name and f"{name}_indices")
-    if op == _hvd.Average:
-        values = scale(values, 1.0 / _hvd.size())
+    if op == _hvd.Average:  # exactly Horovod's: true division (integer values become floating)
+        values = values / tf.cast(_hvd.size(), values.dtype)
     return tf.IndexedSlices(values, indices, dense_shape=g.dense_shape)
 
 

@@ -26,7 +26,7 @@ from horovod_torus.scaling import postscale as _postscale
 from horovod_torus.scaling import prescale as _prescale
 from horovod_torus.scaling import scale
 from horovod_torus.signature import CallSignature
-from horovod_torus.tensorflow.transports import HorovodTransport, mpi_allreduce_op
+from horovod_torus.tensorflow.transports import HorovodTransport, _in_tf1_graph, mpi_allreduce_op
 
 __all__ = ["TorusAllreduce", "SUPPORTED_DTYPES", "TRANSPORTS"]
 
@@ -208,6 +208,10 @@ class TorusAllreduce:
         transport = transport or self.transport
         if transport not in TRANSPORTS:
             raise ValueError(f"transport={transport!r}: choose one of {', '.join(TRANSPORTS)}")
+        if transport == "mpi" and _in_tf1_graph():
+            # A TF1 graph run by a Session orders nothing: its MPI calls could pair differently on each
+            # rank. Horovod's ops match by name, so such graphs use the Horovod transport.
+            transport = "horovod"
         args = (op, name, compression, float(prescale_factor), float(postscale_factor), transport)
         if all(t.dtype.is_floating for t in tensors):
             return self._differentiable(tensors, args)

@@ -54,6 +54,7 @@ class HorovodTransport:
     def __init__(self, sets, name: str | None = None):
         self.sets, self.grid, self.rank = sets, sets.grid, sets.rank
         self._counter_var = None
+        self._static_calls = 0
         self._name = name
 
     @property
@@ -71,7 +72,11 @@ class HorovodTransport:
         if self.grid.size == 1:
             return None
         with tf.device("/cpu:0"):
-            call = self._counter.assign_add(1)
+            if _in_tf1_graph():  # a Session graph: no eager variable here; number the calls as built
+                self._static_calls += 1
+                call = tf.constant(self._static_calls, tf.int64)
+            else:
+                call = self._counter.assign_add(1)
             static = tf.constant(signature.words(0)[1:], tf.int64)
             words = tf.concat([tf.reshape(call, [1]), static], axis=0)
             gathered = _hvd.allgather(tf.reshape(words, [1, len(FIELDS)]), name=self._op_name("sig"))
@@ -105,6 +110,15 @@ class HorovodTransport:
             return buf  # eagerly the check has already run (and raised)
         with tf.control_dependencies([token]):
             return tf.identity(buf)
+
+
+def _in_tf1_graph() -> bool:
+    """True while building a TF1-style graph (not eager, not inside tf.function)."""
+    if tf.executing_eagerly():
+        return False
+    from tensorflow.python.framework import func_graph
+
+    return not isinstance(tf.compat.v1.get_default_graph(), func_graph.FuncGraph)
 
 
 def _sum_only(op):

@@ -41,3 +41,17 @@ def test_gradient_none_on_some_ranks_only(hvd, world):
             loss = tf.reduce_sum((b if rank == size - 1 else a) * 2.0)
         tape = hvd.DistributedGradientTape(tape, strategy=s)
         _fails_on_every_rank(hvd, s, lambda: tape.gradient(loss, [a, b]), "name")
+
+
+def test_tf1_session_graph_with_many_calls(hvd, world):
+    """A Session graph orders nothing: many all-reduces in one graph must still pair up right on every
+    rank (the mpi transport hands them to Horovod's name-matched ops there)."""
+    size, rank = world
+    g = tf.Graph()
+    with g.as_default():
+        outs = [hvd.allreduce(tf.fill([n], float(rank + 1)), op=hvd.Sum) for n in (3, 5, 7, 1000)]
+        with tf.compat.v1.Session() as s:
+            for _ in range(2):
+                res = s.run(outs)
+    for o, n in zip(res, (3, 5, 7, 1000)):
+        np.testing.assert_array_equal(o, np.full(n, size * (size + 1) / 2))

@@ -54,6 +54,7 @@ parallel: setup
 test: setup
 	$(PY) -m pytest -q tests/unit
 	@bash tests/parallel/run_all.sh
+	$(PY) -m pytest -q -p no:cacheprovider tests/fault
 
 demo: setup
 	@bash mpi_scripts/run_local.sh $(NP) --preset fashion_mnist_demo --grid 2x2

@@ -73,6 +73,7 @@ test: setup
 	@bash tests/parallel/run_all.sh
 	@bash tests/parallel/run_stall.sh
 	@bash tests/cluster/run.sh
+	$(PY) -m pytest -q -p no:cacheprovider tests/fault
 
 # NP ranks on the default grid (2x2 for 4, as in the README; else a node's ranks in one row), the demo's
 # global batches rounded down to multiples of NP (256 and 512 for 1, 2, 4, 8 ranks; 252 and 510 for 6).

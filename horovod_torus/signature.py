@@ -15,6 +15,7 @@ factors, the compression, the algorithm (three phases or flat), and a CRC-32 of 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import zlib
 
 import numpy as np
@@ -29,6 +30,8 @@ _DTYPE_CODES = {"float16": 1, "bfloat16": 2, "float32": 3, "float64": 4, "int8":
 _CODE_DTYPES = {v: k for k, v in _DTYPE_CODES.items()}
 _OPS = {0: "Average", 1: "Sum"}
 _ALGORITHMS = {0: "torus", 1: "flat"}
+_OP_CODES = {v: k for k, v in _OPS.items()}
+_ALGORITHM_CODES = {v: k for k, v in _ALGORITHMS.items()}
 
 
 class TorusMismatchError(ValueError):
@@ -80,13 +83,18 @@ class CallSignature:
     algorithm: str = "torus"
     name: str = ""
 
+    @functools.cached_property
+    def _static_words(self) -> np.ndarray:
+        """Every word but the call number, computed once per signature (a call site reuses its signature
+        every step, so the CRC of a long shape list is not recomputed on the hot path)."""
+        return np.array([self.elements, _DTYPE_CODES.get(self.dtype, 99), layout_crc(self.layout),
+                         _OP_CODES.get(self.op, 9), _float_bits(self.prescale), _float_bits(self.postscale),
+                         zlib.crc32(self.compression.encode()), _ALGORITHM_CODES[self.algorithm],
+                         zlib.crc32(self.name.encode())], dtype=np.int64)
+
     def words(self, call: int) -> np.ndarray:
         """The int64 vector exchanged among ranks (``len(FIELDS)`` words), with call number ``call``."""
-        return np.array([call, self.elements, _DTYPE_CODES.get(self.dtype, 99), layout_crc(self.layout),
-                         {v: k for k, v in _OPS.items()}.get(self.op, 9), _float_bits(self.prescale),
-                         _float_bits(self.postscale), zlib.crc32(self.compression.encode()),
-                         {v: k for k, v in _ALGORITHMS.items()}[self.algorithm],
-                         zlib.crc32(self.name.encode())], dtype=np.int64)
+        return np.concatenate([np.array([call], np.int64), self._static_words])
 
 
 def _show(field: str, word: int) -> str:

@@ -19,12 +19,13 @@ ifneq ($(GPU),)
 HVD_FLAGS += HOROVOD_GPU_OPERATIONS=NCCL
 endif
 
-.PHONY: help setup test unit parallel demo bench cluster-bench cluster-train clean
+.PHONY: help setup test unit parallel demo ablation bench cluster-bench cluster-train clean
 help:
 	@echo "make setup   install apt packages, .venv, the pinned stack and Horovod 0.28.1 (idempotent)"
 	@echo "make test    setup + unit tests + multi-rank tests under mpirun and horovodrun"
 	@echo "make demo    setup + ResNet-50 on Fashion-MNIST, 4 ranks on a 2x2 torus (NP=N: N ranks)"
 	@echo "make setup GPU=1   the GPU stack: tensorflow[and-cuda], Horovod with NCCL (needs CUDA + NCCL)"
+	@echo "make ablation  setup + batch-size control / label smoothing ablation, 4 arms x 2 seeds (~45 min on 2 cores)"
 	@echo "make bench   setup + the all-reduce benchmark sweep (mpi_scripts/bench.sh)"
 	@echo "make cluster-bench  setup + all-reduce on an emulated 4-node cluster, node and rails wirings (root)"
 	@echo "make cluster-train  setup + ResNet-50 torus vs ring on the emulated rails cluster (root)"
@@ -80,6 +81,12 @@ test: setup
 demo: setup
 	@bash mpi_scripts/run_local.sh $(NP) --preset fashion_mnist_demo $(if $(filter 4,$(NP)),--grid 2x2) \
 	  --batch-schedule 0:$$(( 256 / $(NP) * $(NP) )),1:$$(( 512 / $(NP) * $(NP) ))
+
+# Four arms (small batch; large batch; + batch-size control; + label smoothing) x SEEDS, NP ranks each:
+# docs/ablation.json, docs/ablation.png and a Markdown table (keras_app/ablation.py). Not part of make test.
+SEEDS ?= 1,2
+ablation: setup
+	$(PY) -m keras_app.ablation --np $(NP) --seeds $(SEEDS) --out runs/ablation --json docs/ablation.json --plot docs/ablation.png
 
 bench: setup
 	@bash mpi_scripts/bench.sh

@@ -8,8 +8,9 @@ size below which one flat all-reduce replaces the three phases) and does, per ca
 2. compress (``Compression.fp16``), widen bfloat16 to float32 (Horovod 0.28.1 has no bfloat16 kernels);
 3. fuse the tensors into one flat buffer per dtype (:func:`horovod_torus.fusion.plan_fusion`);
 4. per buffer, run the shipped algorithm :func:`horovod_torus.phases.allreduce_buffer` on the transport:
-   the cross-rank signature check, pre-scale, the three phases (or one flat all-reduce below
-   ``min_torus_bytes``), post-scale with 1/N for Average (:mod:`horovod_torus.scaling`);
+   the cross-rank signature check, pre-scale, the three phases, post-scale with 1/N for Average
+   (:mod:`horovod_torus.scaling`); below ``min_torus_bytes``, Horovod's own flat all-reduce instead
+   (exactly what the ``ring`` strategy calls, so small buffers never pay for three collectives);
 5. split, restore shapes and dtypes, decompress.
 
 The gradient of the call is the same call on the upstream gradients (as Horovod's allreduce gradient),
@@ -86,8 +87,8 @@ class TorusAllreduce:
     Attributes:
         grid: the TorusTopology. ``rank``: this rank. ``process_sets``: the TorusProcessSets.
         transport: ``"horovod"`` or ``"mpi"``: the default data path chosen at init.
-        min_torus_bytes: fused buffers smaller than this (bytes) go through one flat all-reduce of the
-            same transport instead of the three phases (0: always the three phases).
+        min_torus_bytes: fused buffers smaller than this (bytes) go through Horovod's own flat
+            all-reduce (the ``ring`` strategy's call) instead of the three phases (0: always the torus).
         torus_comm: the :class:`horovod_torus.mpi.TorusComm` (None when Horovod has no MPI controller).
     """
 
@@ -115,7 +116,7 @@ class TorusAllreduce:
         return "flat" if nbytes < self.min_torus_bytes else "torus"
 
     def calibrate(self, sizes=tuple(4096 * 4 ** k for k in range(7)), iters: int = 3) -> int:
-        """Measure the three phases against one flat all-reduce of the default transport and set
+        """Measure the three phases against Horovod's flat all-reduce (the ``ring`` strategy's call) and set
         :attr:`min_torus_bytes` to the smallest measured size from which the torus is never slower
         (``2**62``, i.e. always flat, when it loses at the largest size). Collective: every rank calls it;
         the medians summed over the ranks decide, so every rank sets the same value.
@@ -248,7 +249,9 @@ class TorusAllreduce:
                                       algorithm=algorithm, name=name or "")
             buf = _pack(members)
             inner_post = 1.0 if narrow else post  # narrow integers: wrap to their width first, then scale
-            if transport == "mpi":
+            if algorithm == "flat":
+                out = self._flat(buf, pre, inner_post, name)
+            elif transport == "mpi":
                 out = mpi_allreduce_op(self.torus_comm, buf, signature, pre, inner_post)
             else:
                 out = allreduce_buffer(self._horovod, buf, signature, pre, inner_post)
@@ -259,6 +262,17 @@ class TorusAllreduce:
                     r = scale(r, post)
                 results[i] = compression.decompress(r, ctxs[i])
         return results
+
+    def _flat(self, buf, prescale: float, postscale: float, name):
+        """Below :attr:`min_torus_bytes`: Horovod's own all-reduce of the whole buffer over all ranks (the
+        call the ``ring`` strategy makes, on whatever controller Horovod runs), with Horovod's scaling
+        attributes. Horovod checks what must match (dtype, shape, op, scale factors: a
+        ``FailedPreconditionError`` naming the mismatch) and matches calls by name (a skipped call ends in
+        Horovod's stall shutdown), so no signature exchange is added to the latency-bound path."""
+        if self.grid.size == 1:
+            return scale(scale(buf, prescale), postscale)
+        return _hvd.allreduce(buf, op=Sum, prescale_factor=prescale, postscale_factor=postscale,
+                              name=name and f"{name}_flat")
 
     def free(self) -> None:
         """Free the MPI communicators (called by ``shutdown``)."""

@@ -20,6 +20,12 @@ from horovod.tensorflow import (  # noqa: F401
     grouped_reducescatter, is_homogeneous, join, mpi_built, mpi_enabled, mpi_threads_supported, nccl_built,
     reducescatter, remove_process_set, rocm_built, start_timeline, stop_timeline,
 )
+# Horovod's helpers and submodules that move no gradients (scripts and Horovod's own tests use them):
+from horovod.tensorflow import (  # noqa: F401
+    SyncBatchNormalization, _executing_eagerly, broadcast_global_variables, broadcast_object_fn,
+    check_num_rank_power_of_2, compression, elastic, functions, gpu_available, mpi_ops, refs_to_vars, util,
+    vars_to_refs,
+)
 
 from horovod_torus.tensorflow.collectives import (  # noqa: F401
     SUPPORTED_DTYPES, grouped_torus_allreduce, torus_allreduce,

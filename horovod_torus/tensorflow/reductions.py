@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from horovod_torus.strategies.registry import DEFAULT_STRATEGY, resolve_strategy
 
-__all__ = ["allreduce", "grouped_allreduce", "reduce_sparse", "check_process_set"]
+__all__ = ["allreduce", "grouped_allreduce", "reduce_sparse", "check_sparse", "check_process_set"]
 
 Compression = _hvd.Compression
 
@@ -26,6 +26,18 @@ def check_process_set(process_set) -> None:
             f"for a subset of ranks")
 
 
+def check_sparse(op, prescale_factor=1.0, postscale_factor=1.0) -> None:
+    """Raise NotImplementedError (Horovod 0.28.1's rule for tf.IndexedSlices) for an op other than Average
+    or Sum, or a pre/post-scale factor other than 1; called before any collective of the call."""
+    if op not in (_hvd.Average, _hvd.Sum):
+        raise NotImplementedError(f"op={op!r} is not supported for tf.IndexedSlices (Horovod's rule): use "
+                                  f"op=Average or Sum, or sparse_as_dense=True")
+    if prescale_factor != 1.0 or postscale_factor != 1.0:
+        raise NotImplementedError(f"prescale_factor={prescale_factor}/postscale_factor={postscale_factor} are "
+                                  f"not supported for tf.IndexedSlices (Horovod's rule; e.g. from "
+                                  f"gradient_predivide_factor): use sparse_as_dense=True")
+
+
 def reduce_sparse(g: tf.IndexedSlices, op, prescale_factor=1.0, postscale_factor=1.0, name=None):
     """All-reduce a ``tf.IndexedSlices`` the Horovod way: all-gather values and indices over all ranks
     (the dense tensors they represent are summed; Average divides the values by N). The one sparse path of
@@ -36,13 +48,7 @@ def reduce_sparse(g: tf.IndexedSlices, op, prescale_factor=1.0, postscale_factor
             (e.g. ``gradient_predivide_factor``); pass ``sparse_as_dense=True`` to reduce such gradients
             as dense tensors.
     """
-    if op not in (_hvd.Average, _hvd.Sum):
-        raise NotImplementedError(f"op={op!r} is not supported for tf.IndexedSlices (Horovod's rule): use "
-                                  f"op=Average or Sum, or sparse_as_dense=True")
-    if prescale_factor != 1.0 or postscale_factor != 1.0:
-        raise NotImplementedError(f"prescale_factor={prescale_factor}/postscale_factor={postscale_factor} are "
-                                  f"not supported for tf.IndexedSlices (Horovod's rule; e.g. from "
-                                  f"gradient_predivide_factor): use sparse_as_dense=True")
+    check_sparse(op, prescale_factor, postscale_factor)
     values = _hvd.allgather(g.values, name=name and f"{name}_values")
     indices = _hvd.allgather(g.indices, name=name and f"{name}_indices")
     if op == _hvd.Average:  # exactly Horovod's: true division (integer values become floating)
@@ -67,8 +73,9 @@ def allreduce(tensor, average=None, device_dense='', device_sparse='', compressi
     Args:
         tensor: a dense ``tf.Tensor``/``tf.Variable``/Keras variable (any shape; same shape and dtype on
             every rank) or a ``tf.IndexedSlices`` (:func:`reduce_sparse`).
-        op: ``hvd.Average`` (None: the default) or ``hvd.Sum``; ``strategy="ring"`` also takes Min, Max,
-            Product. ``average`` is Horovod's deprecated boolean form.
+        op: ``hvd.Average`` (None: the default) or ``hvd.Sum`` through the torus; Min, Max and Product
+            go through Horovod's own all-reduce (with every strategy built in); ``average`` is Horovod's
+            deprecated boolean form.
         compression, prescale_factor, postscale_factor, name: as in Horovod.
         process_set: only ``hvd.global_process_set``.
         device_dense, device_sparse: ``tf.device`` of each path ('' = TensorFlow's choice).
@@ -101,6 +108,8 @@ def grouped_allreduce(tensors, average=None, device_dense='', device_sparse='',
     tensors = list(tensors)
     out = [None] * len(tensors)
     dense = [i for i, t in enumerate(tensors) if not isinstance(t, tf.IndexedSlices)]
+    if len(dense) < len(tensors):  # sparse members: Horovod's rules checked before any collective
+        check_sparse(op, prescale_factor, postscale_factor)
     if dense:
         with tf.device(device_dense):
             reduced = fn([tf.convert_to_tensor(tensors[i]) for i in dense], op, name, compression,

@@ -29,7 +29,7 @@ from horovod_torus.scaling import scale
 from horovod_torus.signature import CallSignature
 from horovod_torus.tensorflow.transports import HorovodTransport, _in_tf1_graph, mpi_allreduce_op
 
-__all__ = ["TorusAllreduce", "SUPPORTED_DTYPES", "TRANSPORTS"]
+__all__ = ["TorusAllreduce", "SUPPORTED_DTYPES", "TRANSPORTS", "HOROVOD_OPS"]
 
 Average, Sum, Compression = _hvd.Average, _hvd.Sum, _hvd.Compression
 
@@ -39,6 +39,9 @@ SUPPORTED_DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64, tf.int8, tf
 #: Integer dtypes without Horovod reduce-scatter kernels: they travel (and are summed) as int32, wrap back
 #: to their own width like a sum in that width, then Average/postscale applies in their dtype.
 NARROW_INTEGERS = (tf.int8, tf.uint8, tf.int16, tf.uint16)
+
+#: Element-wise ops the torus strategies hand to Horovod's own all-reduce (the torus sums).
+HOROVOD_OPS = (_hvd.Min, _hvd.Max, _hvd.Product)
 
 #: The transports a TorusAllreduce can move data with.
 TRANSPORTS = ("horovod", "mpi")
@@ -162,7 +165,11 @@ class TorusAllreduce:
         return self.min_torus_bytes
 
     def strategy(self, transport: str | None = None):
-        """A strategy callable (the registry's contract) bound to ``transport`` (None: the default)."""
+        """A strategy callable (the registry's contract) bound to ``transport`` (None: the default).
+
+        Average and Sum go through the torus; Min, Max and Product (:data:`HOROVOD_OPS`) go through
+        Horovod's own all-reduce (the ``ring`` strategy's call), so ``hvd.allreduce(x, op=hvd.Max)``
+        works as with Horovod. Calling the object itself (``hvd.torus_allreduce``) takes Average/Sum only."""
         if transport is not None and transport not in TRANSPORTS:
             raise ValueError(f"transport={transport!r}: choose one of {', '.join(TRANSPORTS)}")
         if transport == "mpi" and self.torus_comm is None:
@@ -171,6 +178,11 @@ class TorusAllreduce:
 
         def torus(tensors, op=Average, name=None, compression=Compression.none, prescale_factor=1.0,
                   postscale_factor=1.0):
+            if op in HOROVOD_OPS:  # the torus sums: other element-wise ops take Horovod's own all-reduce
+                tensors = list(tensors)
+                return list(_hvd.grouped_allreduce(tensors, op=op, name=name, compression=compression,
+                                                   prescale_factor=prescale_factor,
+                                                   postscale_factor=postscale_factor)) if tensors else []
             return self(tensors, op, name, compression, prescale_factor, postscale_factor, transport=transport)
         torus.__name__ = f"torus:{transport or self.transport}"
         return torus

@@ -167,6 +167,29 @@ def test_unsupported_op_and_sparse_input(hvd):
         hvd.torus_allreduce(tf.IndexedSlices(tf.zeros([1, 2]), tf.constant([0]), tf.constant([3, 2])))
 
 
+def test_min_max_product_take_horovods_allreduce(hvd):
+    """The torus sums; hvd.allreduce(op=Min/Max/Product) through a torus strategy is Horovod's own call."""
+    rank, size = flat_hvd.rank(), flat_hvd.size()
+    x = tf.constant([3.0, -1.0, 2.0]) * (rank + 1)
+    for strategy in ["torus"] + torus_transports(hvd):
+        for op, want in ((flat_hvd.Max, np.maximum.reduce), (flat_hvd.Min, np.minimum.reduce),
+                         (flat_hvd.Product, np.multiply.reduce)):
+            got = hvd.allreduce(x, op=op, strategy=strategy).numpy()
+            ref = want([np.array([3.0, -1.0, 2.0], np.float32) * (r + 1) for r in range(size)])
+            np.testing.assert_allclose(got, ref, rtol=1e-6)
+        grouped = hvd.grouped_allreduce([x, 2 * x], op=flat_hvd.Max, strategy=strategy)
+        np.testing.assert_allclose(grouped[1].numpy(), 2 * np.array([3.0, -1.0, 2.0]) * [size, 1, size])
+
+
+def test_sparse_rules_checked_before_any_collective(hvd):
+    """A list mixing tensors and IndexedSlices with op=Min raises NotImplementedError (Horovod's rule) on
+    every rank before the dense part is reduced."""
+    slices = tf.IndexedSlices(tf.ones([1, 3]), tf.constant([0]), tf.constant([4, 3]))
+    for op in (flat_hvd.Min, flat_hvd.Adasum):
+        with pytest.raises(NotImplementedError, match="IndexedSlices"):
+            hvd.grouped_allreduce([slices, tf.ones([3])], op=op)
+
+
 def test_backend_follows_the_launcher(hvd):
     """mpirun (MPI controller, CPU) -> "mpi" backend by default; Gloo -> Horovod ops; env overrides."""
     import os

@@ -151,3 +151,10 @@ def test_mpirun_binds_to_the_gpu_socket(tmp_path, numa, domains, mapping):
     env = _env(tmp_path, PATH=_fake_tools(tmp_path, lines, ids), SYSFS=sysfs, NP="16", NPERNODE="8")
     (cmd,) = _run("mpirun.sh", env)
     assert _flag(cmd, "--map-by") == mapping
+
+
+def test_horovod_suite_names_a_missing_checkout(tmp_path):
+    out = subprocess.run(["bash", os.path.join(ROOT, "mpi_scripts", "horovod_suite.sh"), str(tmp_path)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert "test/parallel/test_tensorflow.py not found" in out.stderr and "v0.28.1" in out.stderr

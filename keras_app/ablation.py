@@ -68,6 +68,8 @@ class AblationSettings:
         np: ranks per run (``mpirun -np``).
         epochs: epochs per run (>= 2); each epoch is ``train_examples`` images (0: the whole split).
         train_examples: images per epoch (the first N of the training split; all ranks together).
+        val_examples: validation images after every epoch (about N, the first of the test split; 0: all
+            10,000: exact but ~5x the time on 2 cores).
         small_batch: arm A's global batch (images per step, all ranks).
         final_batch: the global batch of arms B-D at the end (B: throughout).
         smoothing: arm D's label smoothing.
@@ -76,10 +78,11 @@ class AblationSettings:
         extra: further keras_app.train arguments, the same for every arm (e.g. ``--arch tiny``).
     """
     np: int = 4
-    epochs: int = 4
-    train_examples: int = 12288
+    epochs: int = 3
+    train_examples: int = 8192
+    val_examples: int = 2000
     small_batch: int = 256
-    final_batch: int = 2048
+    final_batch: int = 1024
     smoothing: float = 0.1
     seeds: tuple[int, ...] = (1, 2)
     preset: str = "fashion_mnist_demo"
@@ -101,7 +104,7 @@ class AblationSettings:
         if self.train_examples and self.train_examples < self.final_batch:
             raise ValueError(f"train_examples={self.train_examples} is smaller than final_batch="
                              f"{self.final_batch}: an epoch needs at least one step")
-        owned = {"--batch-schedule", "--label-smoothing", "--seed", "--epochs", "--train-examples",
+        owned = {"--batch-schedule", "--label-smoothing", "--seed", "--epochs", "--train-examples", "--val-examples",
                  "--output-dir", "--preset"}
         for flag in self.extra:
             if flag.split("=")[0] in owned:
@@ -142,6 +145,7 @@ def command(arm: Arm, seed: int, s: AblationSettings, out_dir: str) -> list[str]
     return ["bash", os.path.join(ROOT, "mpi_scripts", "run_local.sh"), str(s.np), "--preset", s.preset,
             "--batch-schedule", arm.batch_schedule, "--label-smoothing", str(arm.label_smoothing),
             "--seed", str(seed), "--epochs", str(s.epochs), "--train-examples", str(s.train_examples),
+            "--val-examples", str(s.val_examples),
             "--output-dir", out_dir, "--verbose", "2", *s.extra]
 
 
@@ -275,11 +279,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--arms", default="A,B,C,D", help="arms to run, comma-separated (A,B,C,D)")
     p.add_argument("--seeds", default=",".join(map(str, d.seeds)), help="seeds, comma-separated (1,2)")
     p.add_argument("--np", type=int, default=d.np, help="ranks per run (4)")
-    p.add_argument("--epochs", type=int, default=d.epochs, help="epochs per run (4)")
+    p.add_argument("--epochs", type=int, default=d.epochs, help="epochs per run (3)")
     p.add_argument("--train-examples", type=int, default=d.train_examples,
-                   help="images per epoch, the first N of the training split (12288)")
+                   help="images per epoch, the first N of the training split (8192)")
+    p.add_argument("--val-examples", type=int, default=d.val_examples,
+                   help="validation images per evaluation (2000; 0: the whole test split)")
     p.add_argument("--small-batch", type=int, default=d.small_batch, help="arm A's global batch (256)")
-    p.add_argument("--final-batch", type=int, default=d.final_batch, help="arms B-D's final global batch (2048)")
+    p.add_argument("--final-batch", type=int, default=d.final_batch, help="arms B-D's final global batch (1024)")
     p.add_argument("--smoothing", type=float, default=d.smoothing, help="arm D's label smoothing (0.1)")
     p.add_argument("--preset", default=d.preset, help="keras_app preset every arm starts from")
     p.add_argument("--out", default="runs/ablation", help="one output directory per run below this")
@@ -301,6 +307,7 @@ def main(argv=None) -> int:
     except ValueError:
         raise SystemExit(f"--seeds {args.seeds!r} must be integers, comma-separated (e.g. 1,2)") from None
     s = AblationSettings(np=args.np, epochs=args.epochs, train_examples=args.train_examples,
+                         val_examples=args.val_examples,
                          small_batch=args.small_batch, final_batch=args.final_batch, smoothing=args.smoothing,
                          seeds=seeds, preset=args.preset, extra=extra)
     try:

@@ -21,12 +21,15 @@ def test_growth_schedule_doubles_to_the_final_batch():
 def test_arms_share_the_budget_and_differ_in_one_thing_each():
     s = AblationSettings()
     a = arms(s)
-    assert [a[n].batch_schedule for n in "ABCD"] == ["0:256", "0:2048", "0:512,1:1024,2:2048", "0:512,1:1024,2:2048"]
+    assert [a[n].batch_schedule for n in "ABCD"] == ["0:256", "0:1024", "0:512,1:1024", "0:512,1:1024"]
+    big = arms(AblationSettings(epochs=4, final_batch=2048))
+    assert big["C"].batch_schedule == "0:512,1:1024,2:2048"
     assert [a[n].label_smoothing for n in "ABCD"] == [0.0, 0.0, 0.0, 0.1]
     cmd = ablation.command(a["D"], 7, s, "out/D-s7")
     i = cmd.index("--label-smoothing")
     assert cmd[i + 1] == "0.1" and cmd[cmd.index("--seed") + 1] == "7"
-    assert cmd[cmd.index("--train-examples") + 1] == "12288" and cmd[2] == "4"
+    assert cmd[cmd.index("--train-examples") + 1] == "8192" and cmd[2] == "4"
+    assert cmd[cmd.index("--val-examples") + 1] == "2000"
 
 
 @pytest.mark.parametrize("change, names, match", [
@@ -34,6 +37,7 @@ def test_arms_share_the_budget_and_differ_in_one_thing_each():
     ({"np": 3}, ["A"], "not divisible by np=3"),
     ({"epochs": 1}, ["A"], "at least 2 epochs"),
     ({"final_batch": 128}, ["A"], "smaller than small_batch"),
+    ({"extra": ("--val-examples", "5")}, ["A"], "--val-examples is set by the driver"),
     ({"train_examples": 1000}, ["A"], "smaller than final_batch"),
     ({"seeds": ()}, ["A"], "seeds is empty"),
     ({"extra": ("--arch", "tiny", "--seed", "3")}, ["A"], "--seed is set by the driver"),
@@ -80,7 +84,7 @@ def test_two_arm_run_writes_the_documented_outputs(tmp_path):
     out_json, out_png = tmp_path / "ablation.json", tmp_path / "ablation.png"
     argv = ["--arms", "A,D", "--seeds", "3", "--np", "1", "--epochs", "2", "--train-examples", "128",
             "--small-batch", "32", "--final-batch", "64", "--out", str(tmp_path / "runs"), "--json", str(out_json),
-            "--plot", str(out_png), "--reuse", "--", "--arch", "tiny", "--val-examples", "64"]
+            "--val-examples", "64", "--plot", str(out_png), "--reuse", "--", "--arch", "tiny"]
     rc = ablation.main(argv)
     assert rc == 0
     doc = json.loads(out_json.read_text())

@@ -20,8 +20,8 @@ Outputs (written atomically after every run, so an interrupted ablation keeps wh
 
 - ``--json`` (``docs/ablation.json``): ``runs`` (one per arm and seed: ``arm``, ``seed``, ``status``
   ``ok``/``failed``, ``returncode``, ``batch_schedule``, ``label_smoothing``, ``curve`` = per-epoch
-  ``{epoch, images_seen, global_batch, learning_rate, train_loss, val_loss, val_top1, val_top5,
-  images_per_sec}``, ``final`` and ``best`` ``{val_top1, val_top5}``, ``images_per_sec`` (training images of
+  ``{epoch, images_seen, global_batch, learning_rate, train_loss, train_top1 (training mode, averaged over
+  the epoch), val_loss, val_top1, val_top5, images_per_sec}``, ``final`` and ``best`` ``{val_top1, val_top5}``, ``images_per_sec`` (training images of
   all ranks per second of training, validation excluded), ``wall_seconds`` (the launch, start-up and
   validation included), ``config`` (the resolved keras_app configuration)); ``arms`` (per arm: the mean,
   min and max over seeds of the final and best val top-1/top-5, images/s and wall time); the settings.
@@ -163,6 +163,7 @@ def run_record(arm: Arm, seed: int, summary: dict | None, returncode: int, wall_
         train_s += float(e["train_seconds"] or 0.0)
         curve.append({"epoch": e["epoch"], "images_seen": seen, "global_batch": e["global_batch"],
                       "learning_rate": e["learning_rate"], "train_loss": e["train_loss"],
+                      "train_top1": e["train_top1"],
                       "val_loss": e["val_loss"], "val_top1": e["val_top1"], "val_top5": e["val_top5"],
                       "images_per_sec": e["images_per_sec"]})
     validated = [c for c in curve if c["val_top1"] is not None]
@@ -239,27 +240,32 @@ def _write_json(path: str, obj) -> None:
 
 
 def plot(doc: dict, path: str) -> None:
-    """val top-1 against training images seen (matplotlib, Agg): thin lines per seed, thick per-arm mean."""
+    """Two panels against training images seen (matplotlib, Agg): validation top-1 (inference mode) and
+    training top-1 (training mode, the epoch's average); thin lines per seed, thick the per-arm mean."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7.5, 4.5))
-    for i, (name, a) in enumerate(doc["arms"].items()):
-        color = f"C{i}"
-        curves = [r["curve"] for r in doc["runs"] if r["arm"] == name and r["status"] == "ok"]
-        for c in curves:
-            ax.plot([p["images_seen"] for p in c], [p["val_top1"] for p in c], color=color, lw=0.8, alpha=0.4)
-        if curves:
-            n = min(len(c) for c in curves)
-            xs = [curves[0][k]["images_seen"] for k in range(n)]
-            ys = [statistics.fmean(c[k]["val_top1"] for c in curves) for k in range(n)]
-            ax.plot(xs, ys, "o-", color=color, lw=2, label=f"{name}: {a['label']} ({a['batch_schedule']})")
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    for ax, key, title in ((axes[0], "val_top1", "validation top-1"), (axes[1], "train_top1", "training top-1")):
+        for i, (name, a) in enumerate(doc["arms"].items()):
+            color = f"C{i}"
+            curves = [r["curve"] for r in doc["runs"] if r["arm"] == name and r["status"] == "ok"]
+            curves = [c for c in curves if all(p.get(key) is not None for p in c)]
+            for c in curves:
+                ax.plot([p["images_seen"] for p in c], [p[key] for p in c], color=color, lw=0.8, alpha=0.4)
+            if curves:
+                n = min(len(c) for c in curves)
+                xs = [curves[0][k]["images_seen"] for k in range(n)]
+                ys = [statistics.fmean(c[k][key] for c in curves) for k in range(n)]
+                ax.plot(xs, ys, "o-", color=color, lw=2, label=f"{name}: {a['label']} ({a['batch_schedule']})")
+        ax.set(xlabel="training images seen (all ranks)", title=title)
+        ax.grid(alpha=0.3)
     s = doc["settings"]
-    ax.set(xlabel="training images seen (all ranks)", ylabel="validation top-1",
-           title=f"ResNet-50, Fashion-MNIST, {s['np']} ranks: {len(s['seeds'])} seed(s) per arm")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    axes[0].set_ylabel("top-1")
+    axes[0].legend(fontsize=8, loc="upper left")
+    fig.suptitle(f"ResNet-50, Fashion-MNIST, {s['np']} ranks, {s['epochs']} epochs x {s['train_examples']} "
+                 f"images: {len(s['seeds'])} seed(s) per arm")
     fig.tight_layout()
     _atomic(path, lambda tmp: fig.savefig(tmp, dpi=90))
     plt.close(fig)

@@ -57,15 +57,15 @@ def test_aggregate_and_table_from_records():
     s = AblationSettings()
     table = {n: a for n, a in arms(s).items() if n in "AB"}
     summary = {"epochs": [{"epoch": 1, "steps": 10, "global_batch": 256, "train_seconds": 20.0,
-                           "learning_rate": 1e-3, "train_loss": 1.0, "val_loss": 0.9, "val_top1": 0.7,
+                           "learning_rate": 1e-3, "train_loss": 1.0, "train_top1": 0.6, "val_loss": 0.9, "val_top1": 0.7,
                            "val_top5": 0.95, "images_per_sec": 128.0},
                           {"epoch": 2, "steps": 10, "global_batch": 256, "train_seconds": 20.0,
-                           "learning_rate": 5e-4, "train_loss": 0.8, "val_loss": 0.8, "val_top1": 0.65,
+                           "learning_rate": 5e-4, "train_loss": 0.8, "train_top1": 0.7, "val_loss": 0.8, "val_top1": 0.65,
                            "val_top5": 0.97, "images_per_sec": 128.0}], "config": {"x": 1}}
     runs = [ablation.run_record(table["A"], 1, summary, 0, 50.0),
             ablation.run_record(table["A"], 2, {**summary, "epochs": summary["epochs"][:1]}, 0, 30.0),
             ablation.run_record(table["B"], 1, None, 1, 5.0)]
-    assert runs[0]["curve"][1]["images_seen"] == 5120
+    assert runs[0]["curve"][1]["images_seen"] == 5120 and runs[0]["curve"][1]["train_top1"] == 0.7
     assert runs[0]["final"] == {"val_top1": 0.65, "val_top5": 0.97}
     assert runs[0]["best"] == {"val_top1": 0.7, "val_top5": 0.97}
     assert runs[0]["images_per_sec"] == pytest.approx(5120 / 40.0)

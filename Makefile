@@ -25,7 +25,7 @@ help:
 	@echo "make test    setup + unit tests + multi-rank tests under mpirun and horovodrun"
 	@echo "make demo    setup + ResNet-50 on Fashion-MNIST, 4 ranks on a 2x2 torus (NP=N: N ranks)"
 	@echo "make setup GPU=1   the GPU stack: tensorflow[and-cuda], Horovod with NCCL (needs CUDA + NCCL)"
-	@echo "make ablation  setup + batch-size control / label smoothing ablation, 4 arms x 2 seeds (about an hour on 2 cores)"
+	@echo "make ablation  setup + batch-size control / label smoothing ablation, 4 arms x 2 seeds (about 70 min on 2 cores)"
 	@echo "make bench   setup + the all-reduce benchmark sweep (mpi_scripts/bench.sh)"
 	@echo "make cluster-bench  setup + all-reduce on an emulated 4-node cluster, node and rails wirings (root)"
 	@echo "make cluster-train  setup + ResNet-50 torus vs ring on the emulated rails cluster (root)"

@@ -2,7 +2,7 @@
 
 For each round, each rank count N of ``--ranks`` and each strategy (their order alternating between
 rounds), one launch of ``mpirun -np N python -m horovod_torus.bench.train`` (ResNet-50 on synthetic data,
-the optimizer path ``fit`` uses, the default grid for N). Then, per (N, strategy), the median images/s
+the optimizer path ``fit`` uses, the most square grid for N: 2x1, 2x2, 3x2). Then, per (N, strategy), the median images/s
 with min-max over the rounds, and
 
 - scaling efficiency = images/s at N / (N x images/s at 1 rank) (the paper's definition, s.4: 91.62 % on
@@ -34,11 +34,18 @@ import time
 
 from horovod_torus.bench.report import write_json_atomic
 
-__all__ = ["launch_command", "efficiency_rows", "markdown_table", "main"]
+__all__ = ["square_grid", "launch_command", "efficiency_rows", "markdown_table", "main"]
+
+
+def square_grid(ranks: int) -> str:
+    """The most square X x Y grid with X >= Y (1 -> 1x1, 2 -> 2x1, 4 -> 2x2, 6 -> 3x2, 8 -> 4x2)."""
+    x = next(d for d in range(1, ranks + 1) if ranks % d == 0 and d * d >= ranks)
+    return f"{x}x{ranks // x}"
 
 
 def launch_command(ranks: int, strategy: str, json_path: str, args) -> list[str]:
-    """mpirun -np N python -m horovod_torus.bench.train ... for one measurement."""
+    """mpirun -np N python -m horovod_torus.bench.train ... for one measurement (grid: ``args.grids``:
+    ``square`` -> :func:`square_grid`, ``default`` -> horovod_torus' default grid)."""
     cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", str(ranks),
            "-x", "TF_CPP_MIN_LOG_LEVEL", "-x", "PYTHONWARNINGS"]
     if os.geteuid() == 0:
@@ -46,7 +53,8 @@ def launch_command(ranks: int, strategy: str, json_path: str, args) -> list[str]
     return cmd + [sys.executable, "-m", "horovod_torus.bench.train", "--strategy", strategy,
                   "--batch-size", str(args.batch_size), "--image-size", str(args.image_size),
                   "--steps", str(args.steps), "--warmup-steps", "2", "--sync-iters", "3",
-                  "--model", args.model, "--json", json_path]
+                  "--model", args.model, "--json", json_path] + (
+                      ["--grid", square_grid(ranks)] if args.grids == "square" else [])
 
 
 def _predict(calibration: dict | None, strategy: str, ranks: int, grid: str, grad_bytes: int):
@@ -126,6 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=8, help="per-rank batch (8)")
     p.add_argument("--image-size", type=int, default=64)
     p.add_argument("--steps", type=int, default=5, help="timed steps per launch")
+    p.add_argument("--grids", default="square", choices=("square", "default"),
+                   help="square: the most square grid per rank count (2x2, 3x2); default: init's default")
     p.add_argument("--calibrate", default="docs/bench_allreduce.json",
                    help="all-reduce benchmark JSON of this host for the planner's alpha/beta ('' for none)")
     p.add_argument("--out", default="runs/scaling")
@@ -167,6 +177,7 @@ def main(argv=None) -> int:
     write_json_atomic(args.json, {
         "command": "python -m horovod_torus.bench.scaling " + " ".join(sys.argv[1:] if argv is None else argv),
         "settings": {"ranks": ranks, "strategies": strategies, "runs": args.runs, "model": args.model,
+                     "grids": args.grids,
                      "per_rank_batch": args.batch_size, "image_size": args.image_size, "steps": args.steps,
                      "gradient_bytes": first["gradient_bytes"], "calibration_source": args.calibrate or None},
         "calibration": calibration, "host": {"cpus": os.cpu_count(), **first.get("host", {})},

@@ -46,4 +46,6 @@ def test_launch_command_is_bench_train_under_mpirun():
     args = scaling.build_parser().parse_args([])
     cmd = scaling.launch_command(4, "torus", "x.json", args)
     assert cmd[0] == "mpirun" and cmd[cmd.index("-np") + 1] == "4"
-    assert cmd[cmd.index("-m") + 1] == "horovod_torus.bench.train" and cmd[-1] == "x.json"
+    assert cmd[cmd.index("-m") + 1] == "horovod_torus.bench.train" and cmd[cmd.index("--json") + 1] == "x.json"
+    assert cmd[cmd.index("--grid") + 1] == "2x2"
+    assert [scaling.square_grid(n) for n in (1, 2, 4, 6, 8, 9)] == ["1x1", "2x1", "2x2", "3x2", "4x2", "3x3"]

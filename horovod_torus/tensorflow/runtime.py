@@ -45,8 +45,8 @@ def init(comm=None, process_sets=None, *, grid=None, backend=None, min_torus_byt
             row/column process sets: MPI, Gloo or NCCL), ``"mpi"`` (mpi4py row/column communicators, CPU
             tensors, MPI controller only) or ``"auto"`` (None: ``HOROVOD_TORUS_BACKEND``, else auto):
             "mpi" when Horovod runs the MPI controller and no GPU is visible, else "horovod".
-        min_torus_bytes: fused buffers below this many bytes take one flat all-reduce of the same
-            transport instead of the three phases; ``"auto"`` measures both at init (a few seconds,
+        min_torus_bytes: fused buffers below this many bytes take Horovod's own all-reduce (the
+            ``ring`` strategy's call) instead of the three phases; ``"auto"`` measures both at init (a few seconds,
             :meth:`TorusAllreduce.calibrate`); None: ``HOROVOD_TORUS_MIN_BYTES``, else 0 (always the torus).
         stall_shutdown_seconds: when HOROVOD_STALL_SHUTDOWN_TIME_SECONDS is unset, Horovod shuts down
             (raising on every rank) after a collective waited this long; None keeps Horovod's default

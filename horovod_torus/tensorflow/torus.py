@@ -178,11 +178,9 @@ class TorusAllreduce:
 
         def torus(tensors, op=Average, name=None, compression=Compression.none, prescale_factor=1.0,
                   postscale_factor=1.0):
-            if op in HOROVOD_OPS:  # the torus sums: other element-wise ops take Horovod's own all-reduce
-                tensors = list(tensors)
-                return list(_hvd.grouped_allreduce(tensors, op=op, name=name, compression=compression,
-                                                   prescale_factor=prescale_factor,
-                                                   postscale_factor=postscale_factor)) if tensors else []
+            if op in HOROVOD_OPS:  # the torus sums: other element-wise ops take the ring strategy's call
+                from horovod_torus.tensorflow.builtin_strategies import ring_allreduce
+                return ring_allreduce(tensors, op, name, compression, prescale_factor, postscale_factor)
             return self(tensors, op, name, compression, prescale_factor, postscale_factor, transport=transport)
         torus.__name__ = f"torus:{transport or self.transport}"
         return torus

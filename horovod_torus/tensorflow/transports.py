@@ -23,6 +23,7 @@ import horovod.tensorflow as _hvd
 import numpy as np
 import tensorflow as tf
 
+from horovod_torus.fusion import shard_counts
 from horovod_torus.phases import allreduce_buffer
 from horovod_torus.signature import FIELDS, CallSignature, TorusMismatchError, compare
 
@@ -56,6 +57,8 @@ class HorovodTransport:
         self._counter_var = None
         self._static_calls = 0
         self._name = name
+        # Phase 1 under Horovod's Gloo controller: alltoall + local sum (see _reduce_scatter_alltoall)
+        self.reduce_scatter_via = "alltoall" if _hvd.gloo_enabled() else "reducescatter"
 
     @property
     def _counter(self) -> tf.Variable:
@@ -92,7 +95,32 @@ class HorovodTransport:
 
     def reduce_scatter(self, buf, op):
         _sum_only(op)
+        if self.reduce_scatter_via == "alltoall":
+            return self._reduce_scatter_alltoall(buf)
         return _hvd.reducescatter(buf, op=_hvd.Sum, process_set=self.sets.row, name=self._op_name("rs"))
+
+    def _reduce_scatter_alltoall(self, buf):
+        """Phase 1 as ``hvd.alltoall`` on the row + a local sum (Horovod's Gloo controller).
+
+        Horovod 0.28.1's Gloo reduce-scatter is ``gloo::ReduceScatterHalvingDoubling``, whose ``run()``
+        overwrites the start of its send buffer (the distribution memcpy on every rank but 0) while the
+        asynchronous send of that region to rank 0 may still be in flight: rank 0 then sums the peer's
+        already reduced values into the tail of its shard (measured on the emulated rails cluster,
+        2 MiB, 200 Mbit/s: ~150 wrong elements at the end of the shard in 2 of 3 calls; the same race is
+        reported against gloo in jax-ml/jax#40830). Gloo's alltoallv waits for its sends. Same traffic
+        as a reduce-scatter ((X-1)/X of the buffer out and in per rank), same split as Horovod's
+        (:func:`horovod_torus.fusion.shard_counts`: the first ``n % X`` positions one element more).
+        """
+        x, pos = self.grid.x, self.grid.coords(self.rank)[1]  # position in the row = column index
+        n = tf.size(buf, out_type=tf.int32)
+        base, extra = n // x, n % x
+        splits = base + tf.cast(tf.range(x) < extra, tf.int32)
+        pieces, _ = _hvd.alltoall(buf, splits=splits, process_set=self.sets.row, name=self._op_name("rs"))
+        mine = base + tf.cast(pos < extra, tf.int32)
+        shard = tf.reduce_sum(tf.reshape(pieces, [x, mine]), axis=0)
+        if buf.shape[0] is not None:
+            shard.set_shape([shard_counts(buf.shape[0], x)[pos]])
+        return shard
 
     def allreduce(self, shard, op):
         _sum_only(op)

@@ -50,5 +50,5 @@ echo "== multi-rank tests per launcher (each test ran on every rank of its launc
 for l in "${!launches[@]}"; do
   echo "   $l: ${launches[$l]} launches, ${passed[$l]} tests passed, ${failed[$l]} failed"
 done
-echo "parallel: $total_pass passed, $total_fail failed"
+echo "parallel: $total_pass passed, $total_fail failed (rank 0), $bad_launches launch(es) failed on some rank"
 [ "$bad_launches" -eq 0 ] && [ "$total_fail" -eq 0 ] && [ "$total_pass" -gt 0 ]

@@ -196,3 +196,33 @@ def test_backend_follows_the_launcher(hvd):
 
     expected = os.environ.get("HOROVOD_TORUS_BACKEND") or ("mpi" if flat_hvd.mpi_enabled() else "horovod")
     assert hvd.backend() == expected
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "int32", "int64"])
+@pytest.mark.parametrize("count", [1, 7, (1 << 16) + 3])
+def test_horovod_transport_phase_one_matches_numpy(hvd, world, dtype, count):
+    """Phase 1 (reduce-scatter on the row) of the Horovod-ops transport, eagerly and in tf.function,
+    against numpy with Horovod's uneven split. Under Horovod's Gloo controller it is an alltoall plus a
+    local sum (Gloo's own reduce-scatter races with its sends: wrong shard tails on slow links)."""
+    from horovod_torus.fusion import shard_counts
+    from horovod_torus.tensorflow.runtime import torus_process_sets
+    from horovod_torus.tensorflow.transports import HorovodTransport
+
+    size, rank = world
+    sets = torus_process_sets()
+    if sets.grid.x == 1:
+        pytest.skip("X == 1: the grid has no reduce-scatter")
+    transport = HorovodTransport(sets, name=f"p1_{dtype}_{count}")
+    assert transport.reduce_scatter_via == ("alltoall" if flat_hvd.gloo_enabled() else "reducescatter")
+    x = tf.constant(rank_input(rank, (count,), dtype).astype(dtype))
+    eager = transport.reduce_scatter(x, "sum")
+    traced = tf.function(lambda t: transport.reduce_scatter(t, "sum"))(x)
+    row = sets.grid.row_members(rank)
+    pos = row.index(rank)
+    counts = shard_counts(count, sets.grid.x)
+    start = sum(counts[:pos])
+    exp = np.sum([rank_input(r, (count,), dtype).astype(np.float64) for r in row], axis=0)[start:start + counts[pos]]
+    for out in (eager, traced):
+        assert out.dtype == x.dtype and tuple(out.shape) == (counts[pos],)
+        mag = float(np.max(np.abs(exp))) if exp.size else 0.0  # count 1 on X > 1: some shards are empty
+        np.testing.assert_allclose(to_np(out), exp, rtol=0, atol=tol(dtype, len(row), mag))

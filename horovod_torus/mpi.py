@@ -9,7 +9,11 @@ implementation of the three phases) runs on:
 1. reduce-scatter on the row communicator (X ranks): explicit Sendrecv rings from
    :data:`RING_MIN_BYTES`, ``MPI_Reduce_scatter(_block)`` below; the first ``n % X`` ranks get one extra
    element (Horovod's split);
-2. ``MPI_Allreduce`` in place on the column communicator (Y ranks) over that shard;
+2. all-reduce of that shard on the column communicator (Y ranks): a Sendrecv ring (reduce-scatter then
+   all-gather) from :data:`RING_MIN_BYTES` when the column's ranks are all on different nodes (the torus'
+   layout on a cluster: the column crosses the slow links, where Open MPI 4.1's default algorithm ran at
+   half a ring's speed), else ``MPI_Allreduce`` in place (one node: the library call is faster).
+   ``HOROVOD_TORUS_COLUMN_RING`` = ``auto`` (default) / ``1`` / ``0`` overrides the choice (same on every rank);
 3. all-gather on the row communicator straight into the output (rings from RING_MIN_BYTES, else
    ``MPI_Allgather(v)``).
 
@@ -47,16 +51,38 @@ from horovod_torus.signature import CallSignature, TorusMismatchError, compare
 from horovod_torus.topology import TorusTopology
 
 __all__ = ["TorusComm", "torus_allreduce", "ring_reduce_scatter", "ring_allgather", "RING_MIN_BYTES",
-           "TorusMismatchError"]
+           "COLUMN_RING_ENV", "TorusMismatchError"]
 
 
-def _agree_on_grid(comm: MPI.Comm, grid: TorusTopology) -> None:
-    """Raise ValueError on every rank unless every rank of ``comm`` chose the same grid."""
-    grids = comm.allgather((grid.x, grid.y))
-    if len(set(grids)) > 1:
-        shown = ", ".join(f"rank {r} {x}x{y}" for r, (x, y) in enumerate(grids))
+COLUMN_RING_ENV = "HOROVOD_TORUS_COLUMN_RING"
+_COLUMN_RING_VALUES = {"auto": None, "1": True, "on": True, "true": True, "0": False, "off": False, "false": False}
+
+
+def _agree_on_grid(comm: MPI.Comm, grid: TorusTopology, column_ring: str) -> None:
+    """Raise ValueError on every rank unless every rank of ``comm`` chose the same grid and a valid, equal
+    ``HOROVOD_TORUS_COLUMN_RING`` value."""
+    chosen = comm.allgather((grid.x, grid.y, column_ring))
+    if len({c[:2] for c in chosen}) > 1:
+        shown = ", ".join(f"rank {r} {x}x{y}" for r, (x, y, _) in enumerate(chosen))
         raise ValueError(f"the ranks chose different torus grids ({shown}): pass the same grid on every "
                          f"rank (HOROVOD_TORUS_GRID must be exported to all of them)")
+    bad = sorted({c[2] for c in chosen if c[2] not in _COLUMN_RING_VALUES})
+    if bad or len({c[2] for c in chosen}) > 1:
+        shown = ", ".join(f"rank {r} {c[2]!r}" for r, c in enumerate(chosen))
+        raise ValueError(f"{COLUMN_RING_ENV} must be one of auto, 1, 0 and the same on every rank, got {shown}: "
+                         f"export one value to all ranks (mpirun -x {COLUMN_RING_ENV})")
+
+
+def _column_ring(column: MPI.Comm, setting: str) -> bool:
+    """Whether phase 2 runs as a Sendrecv ring on ``column`` (collective over it): the forced value, or
+    with ``auto`` True when no two of its ranks share a node (``MPI_COMM_TYPE_SHARED``)."""
+    forced = _COLUMN_RING_VALUES[setting]
+    if forced is not None or column.Get_size() == 1:
+        return bool(forced)
+    local = column.Split_type(MPI.COMM_TYPE_SHARED)
+    on_one_node = local.Get_size()
+    local.Free()
+    return column.allreduce(on_one_node, op=MPI.MAX) == 1
 
 
 class TorusComm:
@@ -71,11 +97,15 @@ class TorusComm:
         row: communicator of this rank's row (X ranks, ordered by column).
         column: communicator of this rank's column (Y ranks, ordered by row).
         calls: torus calls made so far (the ``call`` word of every signature).
+        column_ring: phase 2 runs as a Sendrecv ring from RING_MIN_BYTES (else MPI_Allreduce); see
+            :meth:`create`.
         deadline: seconds a call may wait in MPI before the job is aborted (None: forever); see :meth:`watch`.
     """
 
-    def __init__(self, comm: MPI.Comm, grid: TorusTopology, row: MPI.Comm, column: MPI.Comm):
+    def __init__(self, comm: MPI.Comm, grid: TorusTopology, row: MPI.Comm, column: MPI.Comm,
+                 column_ring: bool = False):
         self.comm, self.grid, self.row, self.column = comm, grid, row, column
+        self.column_ring = column_ring
         self.rank = comm.Get_rank()
         self.calls = 0
         self.deadline: float | None = _env_deadline()
@@ -93,10 +123,14 @@ class TorusComm:
             grid: TorusTopology, ``"XxY"`` string, or None (``HOROVOD_TORUS_GRID``, else the default
                 factorisation with a node's ranks in one row).
 
+        The column all-reduce's algorithm (:attr:`column_ring`) comes from ``HOROVOD_TORUS_COLUMN_RING``:
+        ``auto`` (default): a ring when the column's ranks are all on different nodes; ``1``: always a
+        ring; ``0``: always ``MPI_Allreduce``.
+
         Raises:
             ValueError: a malformed grid or X*Y != comm size (raised locally, on every rank, before any
-                communication), or ranks that chose different grids (on every rank, after one small
-                all-gather).
+                communication), or ranks that chose different grids or HOROVOD_TORUS_COLUMN_RING values
+                (on every rank, after one small all-gather).
         """
         if isinstance(grid, str):
             grid = TorusTopology.parse(grid)
@@ -107,10 +141,12 @@ class TorusComm:
                 grid = TorusTopology.from_world(comm.Get_size(), local.Get_size())
                 local.Free()
         grid.check_size(comm.Get_size())
-        _agree_on_grid(comm, grid)
+        setting = os.environ.get(COLUMN_RING_ENV, "auto").strip().lower() or "auto"
+        _agree_on_grid(comm, grid, setting)
         dup = comm.Dup()
         r, c = grid.coords(dup.Get_rank())
-        return cls(dup, grid, dup.Split(color=r, key=c), dup.Split(color=c, key=r))
+        column = dup.Split(color=c, key=r)
+        return cls(dup, grid, dup.Split(color=r, key=c), column, column_ring=_column_ring(column, setting))
 
     def free(self) -> None:
         """Free the three communicators (collective only in MPI's sense: call it on every rank)."""
@@ -190,6 +226,14 @@ class TorusComm:
         return shard
 
     def allreduce(self, shard: np.ndarray, op: str) -> np.ndarray:
+        if self.column_ring and shard.nbytes >= RING_MIN_BYTES:
+            counts = shard_counts(shard.size, self.grid.y)
+            out = np.empty_like(shard)  # a new array: with X == 1 the shard is the caller's buffer
+            block = _blocks(counts)[self.grid.coords(self.rank)[0]]  # position in the column = row index
+            work = [self.shard_buffer(max(counts), shard.dtype, slot) for slot in (3, 4)]
+            ring_reduce_scatter(self.column, shard, out[block], counts, _UFUNCS[op], work)
+            ring_allgather(self.column, out, counts)
+            return out
         wire_op = _wire_op(_MPI_OPS[op], shard.dtype)
         if self.grid.x == 1:  # the shard is the caller's buffer: never reduce into it
             out = np.empty_like(shard)
@@ -313,7 +357,8 @@ def _check_dtype(dtype) -> None:
 
 
 RING_MIN_BYTES = 256 * 1024
-"""Per-rank buffer size (bytes) from which phases 1 and 3 run as explicit Sendrecv rings.
+"""Per-rank buffer size (bytes) from which phases 1 and 3 run as explicit Sendrecv rings (and phase 2, on
+the shard, when :attr:`TorusComm.column_ring` is on).
 
 Measured on Open MPI 4.1, 4 ranks on 2 cores (2x2 grid): the library's MPI_Reduce_scatter_block /
 MPI_Allgather on the 2-rank row communicators cost 2-2.7x an MPI_Allreduce of the whole buffer at 1-16 MB,

@@ -72,6 +72,16 @@ def test_repeated_torus_calls_are_exact(hvd):
     assert wrong == [0] * 8, f"elements differing from the exact sum, per call: {wrong} of {count}"
 
 
+def test_mpi_transport_runs_the_column_as_a_ring(hvd):
+    """Under mpirun the torus' MPI transport sees columns whose ranks are all on different nodes and runs
+    phase 2 as a ring (HOROVOD_TORUS_COLUMN_RING=auto); the results above were checked with it."""
+    from horovod_torus.tensorflow.runtime import backend, torus_comm
+
+    if backend() != "mpi":
+        pytest.skip("the Horovod-ops transport (Gloo) has no MPI column communicator")
+    assert torus_comm().column_ring is True
+
+
 def _tx_bytes(nic):
     with open(f"/sys/class/net/{nic}/statistics/tx_bytes") as f:
         return int(f.read())

@@ -91,3 +91,40 @@ def test_float16_small_and_max_op():
     with pytest.raises(TypeError, match="float16 supports op=MPI.SUM only"):
         torus_allreduce(COMM, np.ones(3, np.float16), op=MPI.MAX)
     COMM.Barrier()
+
+
+@pytest.mark.parametrize("op", [MPI.SUM, MPI.MAX, MPI.MIN])
+def test_large_buffers_every_op_match_mpi_allreduce(op):
+    """Rings in phases 1 and 3, and in phase 2 when the column ring is on (HOROVOD_TORUS_COLUMN_RING=1
+    launches), for every op, against MPI_Allreduce bit for bit (small integers: exact)."""
+    rank = COMM.Get_rank()
+    send = ((np.arange(300_001) % 7) * (rank + 1) - rank).astype(np.float64)
+    out = torus_allreduce(COMM, send, op=op)
+    ref = np.empty_like(send)
+    COMM.Allreduce(send, ref, op=op)
+    np.testing.assert_array_equal(out, ref)
+
+
+def test_column_algorithm_follows_the_setting():
+    """HOROVOD_TORUS_COLUMN_RING: 1 -> ring, 0 -> MPI_Allreduce, auto -> ring only when the column's ranks
+    are all on different nodes (never on this one-host launch)."""
+    import os
+
+    from horovod_torus.mpi import COLUMN_RING_ENV
+
+    setting = os.environ.get(COLUMN_RING_ENV, "auto")
+    with TorusComm.create(COMM) as tc:
+        assert tc.column_ring == {"1": True, "0": False, "auto": False}[setting]
+
+
+def test_column_ring_setting_must_agree_and_be_valid(monkeypatch):
+    from horovod_torus.mpi import COLUMN_RING_ENV
+
+    rank = COMM.Get_rank()
+    monkeypatch.setenv(COLUMN_RING_ENV, "1" if rank == 0 else "0")
+    with pytest.raises(ValueError, match=r"HOROVOD_TORUS_COLUMN_RING must be one of auto, 1, 0 and the same"):
+        TorusComm.create(COMM)
+    monkeypatch.setenv(COLUMN_RING_ENV, "sometimes")
+    with pytest.raises(ValueError, match=r"rank 0 'sometimes'"):
+        TorusComm.create(COMM)
+    COMM.Barrier()  # every rank raised before any torus communicator was made

@@ -40,7 +40,8 @@ OMPI_ALGORITHMS = {"basic_linear": 1, "nonoverlapping": 2, "recursive_doubling":
 #: (strategy, launcher) -> the cost model's algorithm. Open MPI 4.1's default all-reduce for 8 ranks and
 #: 1-64 MiB behaves as Rabenseifner's (recursive halving-doubling); Horovod's ring under mpirun is that
 #: same MPI_Allreduce; under Gloo it is Gloo's ring.
-MODEL_OF = {("torus", "mpirun"): "torus", ("torus", "horovodrun"): "torus", ("mpi-torus", "mpirun"): "torus",
+MODEL_OF = {("torus", "mpirun"): "torus", ("torus:mpi", "mpirun"): "torus", ("torus", "horovodrun"): "torus",
+            ("mpi-torus", "mpirun"): "torus",
             ("ring", "horovodrun"): "ring", ("ring", "mpirun"): "halving-doubling",
             ("mpi", "mpirun"): "halving-doubling", ("mpi-ring", "mpirun"): "ring",
             ("mpi-segmented_ring", "mpirun"): "ring", ("mpi-rabenseifner", "mpirun"): "halving-doubling"}
@@ -72,19 +73,21 @@ class Launch:
 def launches(algorithms=("ring", "rabenseifner"), everything_under=("ring",)) -> list[Launch]:
     """The launches of one wiring: every strategy under mpirun, each forced Open MPI algorithm, Gloo.
 
-    A forced algorithm in ``everything_under`` also reruns torus, ring and mpi-torus with it (their
+    ``torus`` runs on Horovod's ops (``--torus-backend horovod``), ``torus:mpi`` is the same TF path on the
+    MPI transport (the default under mpirun on CPU). A forced algorithm in ``everything_under`` also reruns
+    torus, torus:mpi, ring and mpi-torus with it (their
     MPI_Allreduce calls, e.g. the torus' column phase, then use it); the others run the flat call only.
 
     Raises:
         ValueError: an algorithm name outside OMPI_ALGORITHMS.
     """
-    out = [Launch("mpirun", "mpirun", ("torus", "ring", "mpi-torus", "mpi"),
-                  bench_args=("--torus-backend", "horovod"))]
+    everything = ("torus", "torus:mpi", "ring", "mpi-torus", "mpi")
+    out = [Launch("mpirun", "mpirun", everything, bench_args=("--torus-backend", "horovod"))]
     for alg in algorithms:
         if alg not in OMPI_ALGORITHMS:
             raise ValueError(f"Open MPI all-reduce algorithm {alg!r} is unknown: choose among "
                              f"{', '.join(OMPI_ALGORITHMS)}")
-        strategies = ("torus", "ring", "mpi-torus", "mpi") if alg in everything_under else ("mpi",)
+        strategies = everything if alg in everything_under else ("mpi",)
         out.append(Launch(f"mpi-{alg}", "mpirun", strategies, rename={"mpi": f"mpi-{alg}"},
                           mca=(("coll_tuned_use_dynamic_rules", "1"),
                                ("coll_tuned_allreduce_algorithm", str(OMPI_ALGORITHMS[alg]))),
@@ -209,8 +212,8 @@ def target_ratios(rows, wiring: str = "rails", sizes=TARGET_SIZES) -> list[dict]
     forced = sorted({r["ompi_allreduce"] for r in rows if r.get("ompi_allreduce") not in (None, "default")})
     for n in sizes:
         pairs = [("mpirun", ("default",)), ("horovodrun", (None,))] + [("mpirun", (a,)) for a in forced]
-        for launcher, ompi in pairs:
-            t, r = _find(rows, wiring, "torus", launcher, n, ompi), _find(rows, wiring, "ring", launcher, n, ompi)
+        for (launcher, ompi), torus in [(p, t) for p in pairs for t in ("torus", "torus:mpi")]:
+            t, r = _find(rows, wiring, torus, launcher, n, ompi), _find(rows, wiring, "ring", launcher, n, ompi)
             if t and r:
                 ratio = t["time_s"] / r["time_s"]
                 out.append({"comparison": f"{label(t)} / {label(r)}", "size_bytes": n, "ratio": ratio,

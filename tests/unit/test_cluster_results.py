@@ -51,10 +51,10 @@ def test_nics_validation_and_arrivals_count():
 def test_launches_and_rows():
     ls = launches(("ring", "rabenseifner"))
     assert [l.label for l in ls] == ["mpirun", "mpi-ring", "mpi-rabenseifner", "gloo"]
-    assert ls[0].strategies == ("torus", "ring", "mpi-torus", "mpi")
+    assert ls[0].strategies == ("torus", "torus:mpi", "ring", "mpi-torus", "mpi")
     assert ls[0].bench_args == ("--torus-backend", "horovod")
     assert ls[1].mca == (("coll_tuned_use_dynamic_rules", "1"), ("coll_tuned_allreduce_algorithm", "4"))
-    assert ls[1].strategies == ("torus", "ring", "mpi-torus", "mpi")  # everything again under the ring
+    assert ls[1].strategies == ("torus", "torus:mpi", "ring", "mpi-torus", "mpi")  # everything again under the ring
     assert ls[2].mca[1] == ("coll_tuned_allreduce_algorithm", "6") and ls[2].strategies == ("mpi",)
     assert [forced_algorithm(l) for l in ls] == [None, "ring", "rabenseifner", None]
     assert ls[3].launcher == "horovodrun" and ls[3].strategies == ("torus", "ring")
@@ -114,6 +114,12 @@ def test_predictions_and_targets():
     pm = targets["predicted / measured: ring (gloo)"]
     assert pm["ratio"] == pytest.approx(1.75 * n / B / 1.0) and pm["ok"] == (0.75 <= pm["ratio"] <= 1.33)
     assert not any(k.startswith("torus (mpirun)") for k in targets)  # no rows: left out
+    # the TF torus on the MPI transport, against Horovod's ring under mpirun (Open MPI's default)
+    extra = [{"wiring": "rails", "strategy": s, "launcher": "mpirun", "ompi_allreduce": "default", "size_bytes": n,
+              "time_s": t} for s, t in (("torus:mpi", 0.3), ("ring", 0.6))]
+    more = {t["comparison"]: t for t in target_ratios(rows + extra, "rails", sizes=(n,))}
+    assert more["torus:mpi (mpirun) / ring (mpirun)"]["ratio"] == pytest.approx(0.5)
+    assert predict_row(clusters["rails"], "torus:mpi", "mpirun", n, "2x4")[0] == "torus 2x4"
     md = format_targets(target_ratios(rows, "rails", sizes=(n,)))
     assert md.splitlines()[2] == "| torus (gloo) / ring (gloo) | 8 MiB | 0.40 | <= 0.6 | yes |"
     table = format_rows_table(rows, "rails").splitlines()

@@ -192,9 +192,8 @@ def main(argv=None) -> int:
 
 
 def _warm_up(names, config, control, comm) -> None:
-    """One untimed call of every strategy at every size before any timing, so that no strategy pays for
-    going first (measured: whichever TF strategy ran first after ``hvd.init`` took up to 2x as long at
-    8 B-1 MB as when it ran second)."""
+    """One untimed call of every strategy at every size before any timing, so that one-time costs (first
+    calls, allocations, connections) fall on no strategy's timed rows, whichever runs first."""
     once = BenchConfig(**{**config.__dict__, "iters": 1, "warmup": 0, "check": False})
     for s in names:
         run_strategy(s, once, control, comm=comm)

@@ -55,7 +55,7 @@ __all__ = ["TorusComm", "torus_allreduce", "ring_reduce_scatter", "ring_allgathe
 
 
 COLUMN_RING_ENV = "HOROVOD_TORUS_COLUMN_RING"
-_COLUMN_RING_VALUES = {"auto": None, "1": True, "on": True, "true": True, "0": False, "off": False, "false": False}
+_COLUMN_RING_VALUES = {"auto": None, "1": True, "0": False}
 
 
 def _agree_on_grid(comm: MPI.Comm, grid: TorusTopology, column_ring: str) -> None:
@@ -124,13 +124,15 @@ class TorusComm:
                 factorisation with a node's ranks in one row).
 
         The column all-reduce's algorithm (:attr:`column_ring`) comes from ``HOROVOD_TORUS_COLUMN_RING``:
-        ``auto`` (default): a ring when the column's ranks are all on different nodes; ``1``: always a
-        ring; ``0``: always ``MPI_Allreduce``.
+        ``auto`` (default): a Sendrecv ring for shards from :data:`RING_MIN_BYTES` when the column's ranks
+        are all on different nodes; ``1``: a ring from RING_MIN_BYTES on any layout; ``0``: always
+        ``MPI_Allreduce``.
 
         Raises:
             ValueError: a malformed grid or X*Y != comm size (raised locally, on every rank, before any
-                communication), or ranks that chose different grids or HOROVOD_TORUS_COLUMN_RING values
-                (on every rank, after one small all-gather).
+                communication), or ranks that chose different grids, or a HOROVOD_TORUS_COLUMN_RING value
+                other than auto/1/0 or not the same on every rank (on every rank, after one small
+                all-gather).
         """
         if isinstance(grid, str):
             grid = TorusTopology.parse(grid)

@@ -76,7 +76,8 @@ def launches(algorithms=("ring", "rabenseifner"), everything_under=("ring",)) ->
     ``torus`` runs on Horovod's ops (``--torus-backend horovod``), ``torus:mpi`` is the same TF path on the
     MPI transport (the default under mpirun on CPU). A forced algorithm in ``everything_under`` also reruns
     torus, torus:mpi, ring and mpi-torus with it (their
-    MPI_Allreduce calls, e.g. the torus' column phase, then use it); the others run the flat call only.
+    MPI_Allreduce calls then use it: the flat ring, the Horovod-ops torus' column phase; the MPI transport's
+    column is its own Sendrecv ring when the column spans nodes); the others run the flat call only.
 
     Raises:
         ValueError: an algorithm name outside OMPI_ALGORITHMS.

@@ -1,9 +1,9 @@
 """The two TensorFlow transports of the torus: Horovod ops on process sets, and MPI behind one op.
 
 * :class:`HorovodTransport` implements :class:`horovod_torus.phases.Transport` with Horovod ops on the
-  row and column process sets registered at init (``hvd.reducescatter``, ``hvd.allreduce``,
-  ``hvd.allgather``): every Horovod backend (MPI and Gloo on CPU, NCCL on GPU), eager and in
-  ``tf.function``. The signature words are all-gathered on the global set first and compared; phase 1
+  row and column process sets registered at init (``hvd.reducescatter``, or under Horovod's Gloo
+  controller ``hvd.alltoall`` + a local sum; ``hvd.allreduce``; ``hvd.allgather``): every Horovod backend
+  (MPI and Gloo on CPU, NCCL on GPU), eager and in ``tf.function``. The signature words are all-gathered on the global set first and compared; phase 1
   waits for that comparison, so no data moves before the ranks agree, and no two process sets of one
   call ever have operations in flight at once.
 * :func:`mpi_allreduce_op` runs :func:`horovod_torus.phases.allreduce_buffer` on a
@@ -96,8 +96,12 @@ class HorovodTransport:
     def reduce_scatter(self, buf, op):
         _sum_only(op)
         if self.reduce_scatter_via == "alltoall":
-            return self._reduce_scatter_alltoall(buf)
-        return _hvd.reducescatter(buf, op=_hvd.Sum, process_set=self.sets.row, name=self._op_name("rs"))
+            shard = self._reduce_scatter_alltoall(buf)
+        else:
+            shard = _hvd.reducescatter(buf, op=_hvd.Sum, process_set=self.sets.row, name=self._op_name("rs"))
+        if buf.shape[0] is not None:  # Horovod's split (shard_counts), known when the length is
+            shard.set_shape([shard_counts(buf.shape[0], self.grid.x)[self.grid.coords(self.rank)[1]]])
+        return shard
 
     def _reduce_scatter_alltoall(self, buf):
         """Phase 1 as ``hvd.alltoall`` on the row + a local sum (Horovod's Gloo controller).
@@ -117,10 +121,7 @@ class HorovodTransport:
         splits = base + tf.cast(tf.range(x) < extra, tf.int32)
         pieces, _ = _hvd.alltoall(buf, splits=splits, process_set=self.sets.row, name=self._op_name("rs"))
         mine = base + tf.cast(pos < extra, tf.int32)
-        shard = tf.reduce_sum(tf.reshape(pieces, [x, mine]), axis=0)
-        if buf.shape[0] is not None:
-            shard.set_shape([shard_counts(buf.shape[0], x)[pos]])
-        return shard
+        return tf.reduce_sum(tf.reshape(pieces, [x, mine]), axis=0)
 
     def allreduce(self, shard, op):
         _sum_only(op)

@@ -213,15 +213,22 @@ def test_horovod_transport_phase_one_matches_numpy(hvd, world, dtype, count):
     if sets.grid.x == 1:
         pytest.skip("X == 1: the grid has no reduce-scatter")
     transport = HorovodTransport(sets, name=f"p1_{dtype}_{count}")
-    assert transport.reduce_scatter_via == ("alltoall" if flat_hvd.gloo_enabled() else "reducescatter")
+    # mpirun launches run Horovod's MPI controller, horovodrun --gloo launches its Gloo controller
+    assert transport.reduce_scatter_via == ("reducescatter" if flat_hvd.mpi_enabled() else "alltoall")
     x = tf.constant(rank_input(rank, (count,), dtype).astype(dtype))
     eager = transport.reduce_scatter(x, "sum")
-    traced = tf.function(lambda t: transport.reduce_scatter(t, "sum"))(x)
+    fn = tf.function(lambda t: transport.reduce_scatter(t, "sum"))
+    traced = fn(x)
+    # phase 1 only synchronises a row: wait for every rank, so no row runs ahead to the end of the session
+    # and shuts Horovod down under a row still in its alltoall
+    flat_hvd.allreduce(tf.constant(0.0), name=f"p1_done_{dtype}_{count}").numpy()
     row = sets.grid.row_members(rank)
     pos = row.index(rank)
     counts = shard_counts(count, sets.grid.x)
     start = sum(counts[:pos])
     exp = np.sum([rank_input(r, (count,), dtype).astype(np.float64) for r in row], axis=0)[start:start + counts[pos]]
+    static = fn.get_concrete_function(x).structured_outputs  # the traced graph, not a retrace
+    assert tuple(static.shape) == (counts[pos],)  # the graph knows the shard's length statically
     for out in (eager, traced):
         assert out.dtype == x.dtype and tuple(out.shape) == (counts[pos],)
         mag = float(np.max(np.abs(exp))) if exp.size else 0.0  # count 1 on X > 1: some shards are empty

@@ -3,7 +3,8 @@
 * :class:`HorovodTransport` implements :class:`horovod_torus.phases.Transport` with Horovod ops on the
   row and column process sets registered at init (``hvd.reducescatter``, or under Horovod's Gloo
   controller ``hvd.alltoall`` + a local sum; ``hvd.allreduce``; ``hvd.allgather``): every Horovod backend
-  (MPI and Gloo on CPU, NCCL on GPU), eager and in ``tf.function``. The signature words are all-gathered on the global set first and compared; phase 1
+  (MPI and Gloo on CPU, NCCL on GPU), eager and in ``tf.function``. The signature words are all-gathered
+  on the global set first and compared; phase 1
   waits for that comparison, so no data moves before the ranks agree, and no two process sets of one
   call ever have operations in flight at once.
 * :func:`mpi_allreduce_op` runs :func:`horovod_torus.phases.allreduce_buffer` on a
@@ -115,13 +116,11 @@ class HorovodTransport:
         as a reduce-scatter ((X-1)/X of the buffer out and in per rank), same split as Horovod's
         (:func:`horovod_torus.fusion.shard_counts`: the first ``n % X`` positions one element more).
         """
-        x, pos = self.grid.x, self.grid.coords(self.rank)[1]  # position in the row = column index
-        n = tf.size(buf, out_type=tf.int32)
-        base, extra = n // x, n % x
-        splits = base + tf.cast(tf.range(x) < extra, tf.int32)
+        counts = shard_counts(buf.shape[0], self.grid.x)  # fused buffers have a static length
+        splits = tf.constant(counts, tf.int32)
         pieces, _ = _hvd.alltoall(buf, splits=splits, process_set=self.sets.row, name=self._op_name("rs"))
-        mine = base + tf.cast(pos < extra, tf.int32)
-        return tf.reduce_sum(tf.reshape(pieces, [x, mine]), axis=0)
+        mine = counts[self.grid.coords(self.rank)[1]]  # position in the row = column index
+        return tf.reduce_sum(tf.reshape(pieces, [self.grid.x, mine]), axis=0)
 
     def allreduce(self, shard, op):
         _sum_only(op)

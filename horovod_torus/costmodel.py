@@ -22,6 +22,16 @@ inter-node alpha_e and shares the node's injection bandwidth B_e with every othe
 node in the same step (k concurrent flows: beta = k / B_e). So the flat ring pays inter-node alpha on all
 2(p-1) steps, and the torus' X concurrent column rings share their node's network bandwidth.
 
+A pairwise exchange (two ranks on different nodes sending to each other in the same step: every
+inter-node step of halving-doubling, a 2-rank ring) runs at ``Cluster.exchange_efficiency`` of the link
+bandwidth in each direction: 1.0 on a full-duplex fabric (the default and every preset); fitted on the
+emulated cluster, where Open MPI's exchanges measured about half the rate of its ring steps
+(:mod:`horovod_torus.cluster.results`). Halving-doubling follows Rabenseifner's algorithm as MPICH and Open
+MPI implement it (``allreduce_intra_redscat_allgather``): the distance doubles (partner r xor 1, 2, 4, ...)
+while the vector halves, so the largest exchange (n/2) is with the nearest rank, inside a node when ranks
+are placed node by node (measured with NIC counters on 4 nodes x 2, rails: 0.75 n left each NIC, as the
+torus).
+
 A node may have several NICs (``Cluster.nics`` = K, each B_e / K; rank r uses NIC (r mod L) mod K, as a
 rail-optimised cluster where NIC k of every node is on rail k): then the flows of a step share the NIC
 they leave by and the NIC they arrive at (k flows on one NIC in either direction: beta = k K / B_e). With
@@ -78,6 +88,8 @@ class Cluster:
         name: a label.
         nics: NICs per node K >= 1, each with inter.bandwidth / K; local rank l uses NIC l mod K
             (K = ranks_per_node: one NIC per rank, rail-optimised). 1: one NIC shared by the node.
+        exchange_efficiency: in (0, 1]: the fraction of the inter-node bandwidth each direction of a
+            pairwise exchange gets (1.0: full duplex; see the module docstring).
     """
 
     nodes: int
@@ -87,6 +99,7 @@ class Cluster:
     gamma: float = 0.0
     name: str = "custom"
     nics: int = 1
+    exchange_efficiency: float = 1.0
 
     def __post_init__(self):
         for f in ("nodes", "ranks_per_node", "nics"):
@@ -95,6 +108,8 @@ class Cluster:
                 raise ValueError(f"cluster {f}={v!r} must be a positive integer")
         if not self.gamma >= 0:
             raise ValueError(f"gamma={self.gamma} s/B must be >= 0")
+        if not 0 < self.exchange_efficiency <= 1:
+            raise ValueError(f"exchange_efficiency={self.exchange_efficiency} must be in (0, 1] (1: full duplex)")
 
     @property
     def size(self) -> int:
@@ -164,11 +179,15 @@ def _step_link(cluster: Cluster, pairs) -> tuple[float, float]:
     """(alpha, beta) of one communication step in which every (src, dst) of ``pairs`` sends at once.
 
     Inter-node flows share the NIC they leave by and the NIC they arrive at (full duplex): beta is the
-    most flows on one NIC in one direction times the NIC's 1 / (B_e / nics).
+    most flows on one NIC in one direction times the NIC's 1 / (B_e / nics), divided by
+    ``cluster.exchange_efficiency`` when an inter-node flow's reverse is in the same step (an exchange).
     """
     leaving: dict[tuple[int, int], int] = {}
     arriving: dict[tuple[int, int], int] = {}
     local = False
+    pairs = list(pairs)
+    present = set(pairs)
+    exchange = False
     for s, d in pairs:
         ns, nd = cluster.node(s), cluster.node(d)
         if ns == nd:
@@ -176,13 +195,15 @@ def _step_link(cluster: Cluster, pairs) -> tuple[float, float]:
         else:
             leaving[ns, cluster.nic(s)] = leaving.get((ns, cluster.nic(s)), 0) + 1
             arriving[nd, cluster.nic(d)] = arriving.get((nd, cluster.nic(d)), 0) + 1
+            exchange = exchange or (d, s) in present
     alpha, beta = 0.0, 0.0
     if local:
         alpha, beta = cluster.intra.alpha, cluster.intra.beta
     if leaving:
         flows = max(max(leaving.values()), max(arriving.values()))
         alpha = max(alpha, cluster.inter.alpha)
-        beta = max(beta, flows * cluster.nics * cluster.inter.beta)
+        efficiency = cluster.exchange_efficiency if exchange else 1.0
+        beta = max(beta, flows * cluster.nics * cluster.inter.beta / efficiency)
     return alpha, beta
 
 
@@ -201,22 +222,37 @@ def cluster_ring_time(cluster: Cluster, n: float) -> float:
     return ring_time(p, n, a, b, cluster.gamma)
 
 
-def cluster_halving_doubling_time(cluster: Cluster, n: float) -> float:
-    """Recursive halving-doubling over all p ranks (partner r xor d, d = q/2 ... 1), seconds."""
-    p = cluster.size
-    _check(p, n)
-    q = 1 << (p.bit_length() - 1)
+def _halving_doubling_groups(cluster: Cluster, groups, n: float) -> float:
+    """Concurrent halving-doublings, one per group of ranks (each in its own order), seconds.
+
+    Rabenseifner as MPICH and Open MPI run it: with q = 2^floor(lg g) of a group's g ranks, step k
+    (distance d = 2^k = 1, 2, ..., q/2) exchanges n / 2^(k+1) bytes with the partner at index i xor d
+    (reduce-scatter by vector halving) and the all-gather mirrors it; the g - q extra ranks first fold
+    into the partners i - q (+ 2(alpha + n beta) + n gamma).
+    """
+    groups = [list(g) for g in groups if len(g) > 1]
+    if not groups:
+        return 0.0
+    g = len(groups[0])
+    _check(g, n)
+    q = 1 << (g.bit_length() - 1)
     t = 0.0
-    d = q // 2
-    while d >= 1:
-        a, b = _step_link(cluster, [(r, r ^ d) for r in range(q)])
-        t += 2 * (a + n * d / q * b)  # one halving step (n d/q bytes) and its mirror doubling step
-        d //= 2
+    d = 1
+    while d < q:
+        a, b = _step_link(cluster, [(grp[i], grp[i ^ d]) for grp in groups for i in range(q)])
+        t += 2 * (a + n / (2 * d) * b)  # one halving step (n / 2d bytes) and its mirror doubling step
+        d *= 2
     t += (q - 1) / q * n * cluster.gamma
-    if q != p:
-        a, b = _step_link(cluster, [(r, r - q) for r in range(q, p)])
+    if q != g:
+        a, b = _step_link(cluster, [(grp[i], grp[i - q]) for grp in groups for i in range(q, g)])
         t += 2 * (a + n * b) + n * cluster.gamma
     return t
+
+
+def cluster_halving_doubling_time(cluster: Cluster, n: float) -> float:
+    """Recursive halving-doubling over all p ranks (distance 1, 2, 4, ... with n/2, n/4, ... bytes), s."""
+    _check(cluster.size, n)
+    return _halving_doubling_groups(cluster, [list(range(cluster.size))], n)
 
 
 def cluster_hierarchical_time(cluster: Cluster, n: float) -> float:
@@ -226,13 +262,26 @@ def cluster_hierarchical_time(cluster: Cluster, n: float) -> float:
     return hierarchical_time(N, L, n, cluster.intra, one_nic, cluster.gamma)
 
 
-def cluster_torus_time(cluster: Cluster, grid: TorusTopology | str, n: float) -> float:
-    """2D torus on ``grid`` (X*Y = p, rows of X consecutive ranks), seconds."""
+def cluster_torus_time(cluster: Cluster, grid: TorusTopology | str, n: float, column: str = "ring") -> float:
+    """2D torus on ``grid`` (X*Y = p, rows of X consecutive ranks), seconds.
+
+    ``column``: the column all-reduce's algorithm, ``"ring"`` (the torus' own rings, NCCL, Gloo) or
+    ``"halving-doubling"`` (an MPI library's MPI_Allreduce on the column communicator, e.g. Horovod's MPI
+    controller under Open MPI's default).
+    """
     grid = TorusTopology.parse(grid) if isinstance(grid, str) else grid
     grid.check_size(cluster.size)
+    if column not in ("ring", "halving-doubling"):
+        raise ValueError(f"column={column!r}: the torus' column all-reduce is 'ring' or 'halving-doubling'")
     a_h, b_h = _rings_link(cluster, grid.rows()) if grid.x > 1 else (0.0, 0.0)
-    a_v, b_v = _rings_link(cluster, grid.columns()) if grid.y > 1 else (0.0, 0.0)
-    return torus_time(grid.x, grid.y, n, a_h, b_h, a_v, b_v, cluster.gamma)
+    if column == "ring" or grid.y == 1:
+        a_v, b_v = _rings_link(cluster, grid.columns()) if grid.y > 1 else (0.0, 0.0)
+        return torus_time(grid.x, grid.y, n, a_h, b_h, a_v, b_v, cluster.gamma)
+    rows = torus_time(grid.x, 1, n, a_h, b_h, 0.0, 0.0, 0.0)
+    shard = n / grid.x
+    gamma = (grid.size - 1) / grid.size * n * cluster.gamma
+    no_gamma = dataclasses.replace(cluster, gamma=0.0)
+    return rows + _halving_doubling_groups(no_gamma, grid.columns(), shard) + gamma
 
 
 def torus_grids(p: int) -> list[TorusTopology]:

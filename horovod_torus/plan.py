@@ -11,7 +11,8 @@ A cluster description (JSON) has the keys of the CLI flags: ``{"name": "mine", "
 "ranks_per_node": 8, "intra": {"latency_us": 2, "bandwidth_gbps": 150}, "inter": {"latency_us": 5,
 "bandwidth_gbps": 50}, "gamma_ps_per_byte": 4, "nics_per_node": 1}`` (bandwidth in GB/s = 1e9 B/s; inter
 bandwidth per node, all its NICs together; ``nics_per_node`` K > 1: K NICs of bandwidth/K each, local rank l
-on NIC l mod K, NIC k of every node on rail k; optional, default 1).
+on NIC l mod K, NIC k of every node on rail k; optional, default 1; ``exchange_efficiency`` in (0, 1]: the
+share of the link rate each direction of a pairwise exchange gets, optional, default 1 = full duplex).
 See :mod:`horovod_torus.costmodel` for the model.
 """
 from __future__ import annotations
@@ -101,7 +102,8 @@ def cluster_from_args(args, bench_doc: dict | None = None) -> Cluster:
         base = Cluster(nodes=int(spec["nodes"]), ranks_per_node=int(spec["ranks_per_node"]),
                        intra=_link(spec["intra"], "intra"), inter=_link(spec["inter"], "inter"),
                        gamma=float(spec.get("gamma_ps_per_byte", 0.0)) / 1e12, name=spec.get("name", args.cluster),
-                       nics=int(spec.get("nics_per_node", 1)))
+                       nics=int(spec.get("nics_per_node", 1)),
+                       exchange_efficiency=float(spec.get("exchange_efficiency", 1.0)))
     if base is None and bench_doc is not None:
         nodes = int(bench_doc.get("host", {}).get("nodes", 1))
         rpn = int(bench_doc["world_size"]) // nodes

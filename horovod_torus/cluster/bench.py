@@ -27,8 +27,8 @@ from horovod_torus.cluster import net
 from horovod_torus.cluster.launch import horovodrun_argv, mpirun_argv
 from horovod_torus.cluster.layout import WIRINGS, ClusterSpec, parse_rate
 from horovod_torus.cluster.results import (
-    OMPI_ALGORITHMS, Launch, add_predictions, fit_link, fit_or_origin, format_rows_table, format_targets, launches,
-    label, make_cluster, rows_from_doc, target_ratios,
+    OMPI_ALGORITHMS, Launch, add_predictions, fit_exchange_efficiency, fit_link, fit_or_origin, format_rows_table,
+    format_targets, launches, label, make_cluster, rows_from_doc, target_ratios,
 )
 from horovod_torus.costmodel import model_coefficients
 
@@ -191,21 +191,35 @@ def analyse(args, raw, facts) -> dict:
         irows = idoc["rows"]
         intra, intra_rms = fit_or_origin([r["size_bytes"] for r in irows], [r["time_us"]["max"] * 1e-6 for r in irows],
                                          a, b)
+    # the pairwise-exchange efficiency: fitted on Open MPI's default flat all-reduce (Rabenseifner's
+    # exchanges) in the reference's wiring, with the links above
+    ex_ref = (ref_wiring, "mpi", "mpirun")
+    ex_rows = [r for r in rows if (r["wiring"], r["strategy"], r["launcher"]) == ex_ref]
+    efficiency, ex_rms = 1.0, None
+    if ex_rows:
+        ref_spec = ClusterSpec(nodes=n, ranks_per_node=L, wiring=ref_wiring, rate_mbit=rate, name=args.name)
+        efficiency, ex_rms = fit_exchange_efficiency(
+            ex_rows, make_cluster(n, L, ref_spec.nics, intra, nic_link, name="reference"))
     clusters = {}
     for wiring in wirings:
         spec = ClusterSpec(nodes=n, ranks_per_node=L, wiring=wiring, rate_mbit=rate, name=args.name)
-        clusters[wiring] = make_cluster(n, L, spec.nics, intra, nic_link, name=f"cluster-in-a-box {wiring}")
+        clusters[wiring] = make_cluster(n, L, spec.nics, intra, nic_link, name=f"cluster-in-a-box {wiring}",
+                                        exchange_efficiency=efficiency)
         desc = spec.planner_description(inter_latency_us=nic_link.alpha * 1e6, intra_latency_us=intra.alpha * 1e6,
                                         intra_bandwidth_gbps=intra.bandwidth / 1e9)
         desc["inter"]["bandwidth_gbps"] = nic_link.bandwidth * spec.nics / 1e9
+        desc["exchange_efficiency"] = efficiency
         desc["name"] += " (calibrated)"
         write_json_atomic(os.path.join(args.out, f"cluster-{wiring}.json"), desc)
-    rows = add_predictions(rows, clusters, grid, (ref_wiring, ref_strategy, ref_launcher))
+    rows = add_predictions(rows, clusters, grid, (ref_wiring, ref_strategy, ref_launcher),
+                           *([ex_ref] if ex_rows else []))
     calibration = {"reference": args.reference, "inter_alpha_s": nic_link.alpha,
                    "inter_bandwidth_Bps_per_nic": nic_link.bandwidth, "inter_rms_relative_residual": rms,
                    "nominal_Bps_per_nic": rate * 1e6 / 8 if rate else None,
                    "intra_alpha_s": intra.alpha, "intra_bandwidth_Bps": intra.bandwidth,
-                   "intra_rms_relative_residual": intra_rms}
+                   "intra_rms_relative_residual": intra_rms,
+                   "exchange_reference": f"{ref_wiring}:mpi" if ex_rows else None,
+                   "exchange_efficiency": efficiency, "exchange_rms_relative_residual": ex_rms}
     targets = {w: target_ratios(rows, w) for w in wirings}
     return {"rows": rows, "calibration": calibration, "targets": targets, "ranks_per_host": hosts, "grid": grid,
             "wirings": wirings}
@@ -255,7 +269,9 @@ def main(argv=None) -> int:
     print(f"\ninter-node link fitted on {c['reference']}: alpha {c['inter_alpha_s'] * 1e6:.0f} us, "
           f"{c['inter_bandwidth_Bps_per_nic'] * 8 / 1e6:.0f} Mbit/s per NIC (nominal "
           f"{(c['nominal_Bps_per_nic'] or 0) * 8 / 1e6:.0f}), rms residual {c['inter_rms_relative_residual']:.1%}; "
-          f"intra-node: alpha {c['intra_alpha_s'] * 1e6:.0f} us, {c['intra_bandwidth_Bps'] / 1e9:.2f} GB/s")
+          f"intra-node: alpha {c['intra_alpha_s'] * 1e6:.0f} us, {c['intra_bandwidth_Bps'] / 1e9:.2f} GB/s; "
+          f"pairwise exchanges at {c['exchange_efficiency']:.2f} of the link rate (fitted on "
+          f"{c['exchange_reference']}, rms residual {c['exchange_rms_relative_residual'] or 0:.1%})")
     for w in result["wirings"]:
         print(f"\n## {w} wiring: time per all-reduce in s, slowest rank (model's prediction)\n")
         print(format_rows_table(result["rows"], w))

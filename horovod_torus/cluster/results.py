@@ -17,8 +17,11 @@ algorithm forced through ``coll_tuned_allreduce_algorithm``).
 Predictions: the planner's cost model (:mod:`horovod_torus.costmodel`) on a :class:`Cluster` of the same
 shape (nodes, ranks per node, NICs per node), with the inter-node link (alpha, bandwidth per NIC) fitted by
 :func:`horovod_torus.costmodel.fit_alpha_beta` on ONE reference (by default the node wiring's ``mpi-ring``
-rows: a textbook ring) and the intra-node link fitted on a one-node run; every other row is predicted
-out of sample. Each strategy is mapped to the algorithm it runs (:data:`MODEL_OF`).
+rows: a textbook ring) and the intra-node link fitted on a one-node run; the pairwise-exchange efficiency
+(:attr:`horovod_torus.costmodel.Cluster.exchange_efficiency`) is fitted on a second reference, the node
+wiring's ``mpi`` rows (Open MPI's default: Rabenseifner's exchanges; :func:`fit_exchange_efficiency`);
+every other row is predicted out of sample. Each strategy is mapped to the algorithm it runs
+(:data:`MODEL_OF`; the torus' column algorithm: :data:`COLUMN_OF`).
 """
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ from horovod_torus.costmodel import (
     model_coefficients,
 )
 
-__all__ = ["Launch", "OMPI_ALGORITHMS", "MODEL_OF", "launches", "rows_from_doc", "fit_link", "make_cluster",
+__all__ = ["Launch", "OMPI_ALGORITHMS", "MODEL_OF", "COLUMN_OF", "fit_exchange_efficiency", "launches", "rows_from_doc", "fit_link", "make_cluster",
            "predict_row", "add_predictions", "fit_or_origin", "label", "forced_algorithm", "target_ratios", "format_rows_table", "format_targets",
            "TARGET_SIZES"]
 
@@ -45,6 +48,12 @@ MODEL_OF = {("torus", "mpirun"): "torus", ("torus:mpi", "mpirun"): "torus", ("to
             ("ring", "horovodrun"): "ring", ("ring", "mpirun"): "halving-doubling",
             ("mpi", "mpirun"): "halving-doubling", ("mpi-ring", "mpirun"): "ring",
             ("mpi-segmented_ring", "mpirun"): "ring", ("mpi-rabenseifner", "mpirun"): "halving-doubling"}
+
+#: (strategy, launcher) -> fn(forced Open MPI algorithm or "default"/None) -> the column all-reduce's model.
+#: The Horovod-ops torus under mpirun runs its column as Horovod's MPI_Allreduce on the column communicator
+#: (Open MPI's algorithm: its default for 4 ranks measured as fast as Rabenseifner's); the MPI transport,
+#: Gloo and NCCL run rings.
+COLUMN_OF = {("torus", "mpirun"): lambda ompi: "ring" if ompi in ("ring", "segmented_ring") else "halving-doubling"}
 
 TARGET_SIZES = (8 * 1024 ** 2, 32 * 1024 ** 2)
 
@@ -144,10 +153,32 @@ def fit_or_origin(sizes, seconds, a_coef: float, b_coef: float) -> tuple[Link, f
         return Link(alpha=0.0, bandwidth=1.0 / beta), rms
 
 
-def make_cluster(nodes: int, ranks_per_node: int, nics: int, intra: Link, nic_link: Link, name: str) -> Cluster:
+def make_cluster(nodes: int, ranks_per_node: int, nics: int, intra: Link, nic_link: Link, name: str,
+                 exchange_efficiency: float = 1.0) -> Cluster:
     """The cost model's cluster: inter bandwidth per node = nics x the per-NIC bandwidth ``nic_link``."""
     return Cluster(nodes=nodes, ranks_per_node=ranks_per_node, intra=intra,
-                   inter=Link(nic_link.alpha, nic_link.bandwidth * nics), nics=nics, name=name)
+                   inter=Link(nic_link.alpha, nic_link.bandwidth * nics), nics=nics, name=name,
+                   exchange_efficiency=exchange_efficiency)
+
+
+def fit_exchange_efficiency(rows, cluster: Cluster) -> tuple[float, float]:
+    """(efficiency, rms relative residual): the ``exchange_efficiency`` in [0.05, 1] whose halving-doubling
+    prediction on ``cluster`` best fits ``rows`` (time_s against size_bytes; least squares of the relative
+    error over a 0.005 grid), e.g. Open MPI's default MPI_Allreduce rows with the link already fitted.
+
+    Raises:
+        ValueError: no rows.
+    """
+    if not rows:
+        raise ValueError("no rows to fit the exchange efficiency on")
+
+    def rms(e):
+        c = dataclasses.replace(cluster, exchange_efficiency=e)
+        return (sum(((cluster_halving_doubling_time(c, r["size_bytes"]) - r["time_s"]) / r["time_s"]) ** 2
+                    for r in rows) / len(rows)) ** 0.5
+
+    best = min((k / 200 for k in range(10, 201)), key=rms)
+    return best, rms(best)
 
 
 def predict_row(cluster: Cluster, strategy: str, launcher: str, nbytes: int, grid: str,
@@ -164,23 +195,27 @@ def predict_row(cluster: Cluster, strategy: str, launcher: str, nbytes: int, gri
     except KeyError:
         raise ValueError(f"no model for strategy {strategy!r} under {launcher}: add it to MODEL_OF") from None
     if alg == "torus":
-        return f"torus {grid}", cluster_torus_time(cluster, grid, nbytes)
+        column = COLUMN_OF.get((strategy, launcher), lambda ompi: "ring")(ompi_allreduce)
+        suffix = "" if column == "ring" else f", {column} column"
+        return f"torus {grid}{suffix}", cluster_torus_time(cluster, grid, nbytes, column=column)
     if alg == "ring":
         return "ring", cluster_ring_time(cluster, nbytes)
     return "halving-doubling", cluster_halving_doubling_time(cluster, nbytes)
 
 
-def add_predictions(rows, clusters: dict, grid: str, reference: tuple) -> list[dict]:
+def add_predictions(rows, clusters: dict, grid: str, reference: tuple, *more_references) -> list[dict]:
     """Rows with ``model``, ``predicted_s`` and ``calibration`` (True for the reference rows).
 
-    clusters: wiring -> Cluster; reference: (wiring, strategy, launcher) the inter link was fitted on.
+    clusters: wiring -> Cluster; reference (and more_references): (wiring, strategy, launcher) whose rows
+    a parameter was fitted on.
     """
+    fitted = {tuple(reference), *(tuple(x) for x in more_references)}
     out = []
     for r in rows:
         model, t = predict_row(clusters[r["wiring"]], r["strategy"], r["launcher"], r["size_bytes"], grid,
                                r.get("ompi_allreduce"))
         out.append({**r, "model": model, "predicted_s": t,
-                    "calibration": (r["wiring"], r["strategy"], r["launcher"]) == tuple(reference)})
+                    "calibration": (r["wiring"], r["strategy"], r["launcher"]) in fitted})
     return out
 
 

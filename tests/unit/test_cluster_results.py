@@ -31,9 +31,11 @@ def test_rails_model_bandwidth_terms():
     assert cluster_torus_time(rails, "2x4", n) == pytest.approx(2 * 3 / 8 * n / B)
     assert cluster_torus_time(node, "2x4", n) / cluster_ring_time(node, n) == pytest.approx(6 / 7)
     assert cluster_torus_time(rails, "2x4", n) / cluster_ring_time(rails, n) == pytest.approx(3 / 7)
-    # halving-doubling: partners r^4 and r^2 are on other nodes with the same local rank, so the same rail
-    assert cluster_halving_doubling_time(node, n) == pytest.approx(2 * (n / 2 * 2 + n / 4 * 2) / B)
-    assert cluster_halving_doubling_time(rails, n) == pytest.approx(2 * (n / 2 + n / 4) / B)
+    # halving-doubling: the n/2 exchange with r^1 stays inside the node; partners r^2 (n/4) and r^4 (n/8)
+    # are on other nodes with the same local rank, so the same rail: the torus' bytes per NIC
+    assert cluster_halving_doubling_time(node, n) == pytest.approx(2 * (n / 4 * 2 + n / 8 * 2) / B)
+    assert cluster_halving_doubling_time(rails, n) == pytest.approx(2 * (n / 4 + n / 8) / B)
+    assert cluster_halving_doubling_time(rails, n) == pytest.approx(cluster_torus_time(rails, "2x4", n))
     # hierarchical: the leaders' ring uses one NIC per node
     assert cluster_hierarchical_time(rails, n) == pytest.approx(2 * 3 / 4 * n / B)
     assert cluster_hierarchical_time(node, n) == pytest.approx(2 * 3 / 4 * n / B)

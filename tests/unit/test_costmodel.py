@@ -52,9 +52,25 @@ def test_cluster_costs_by_hand():
     assert cluster_torus_time(C, "8x1", N) == pytest.approx(cluster_ring_time(C, N))
     assert cluster_torus_time(C, "1x8", N) == pytest.approx(cluster_ring_time(C, N))
     assert cluster_hierarchical_time(C, N) == pytest.approx(2 * (6e-6 + 1.2e-3) + 2e-5 + 8e-3)
-    # halving-doubling: d=4 crosses nodes with 4 flows per node (n/2 bytes), d=2 and d=1 stay inside
-    hd = 2 * (1e-5 + N / 2 * 4e-9) + 2 * (1e-6 + N / 4 * 1e-10) + 2 * (1e-6 + N / 8 * 1e-10)
+    # halving-doubling (Rabenseifner as MPICH/Open MPI run it): d=1 (n/2 bytes) and d=2 (n/4) stay inside a
+    # node, d=4 (n/8) crosses with 4 flows per node
+    hd = 2 * (1e-6 + N / 2 * 1e-10) + 2 * (1e-6 + N / 4 * 1e-10) + 2 * (1e-5 + N / 8 * 4e-9)
     assert cluster_halving_doubling_time(C, N) == pytest.approx(hd)
+    # an exchange at half the link rate doubles the inter-node beta of those steps only
+    half = Cluster(nodes=2, ranks_per_node=4, intra=Link(1e-6, 1e10), inter=Link(1e-5, 1e9), exchange_efficiency=0.5)
+    assert cluster_halving_doubling_time(half, N) == pytest.approx(hd + 2 * N / 8 * 4e-9)
+    assert cluster_ring_time(half, N) == pytest.approx(cluster_ring_time(C, N))  # one direction per pair
+    # the torus with an MPI library's halving-doubling in the column: 4x2 columns {0,4}, {1,5}, ...: one
+    # exchange of n/4 / 2 bytes between the nodes, 4 flows per node
+    rows = 2 * 3 * 1e-6 + 2 * 3 / 4 * N * 1e-10
+    assert cluster_torus_time(C, "4x2", N, column="halving-doubling") == pytest.approx(
+        rows + 2 * (1e-5 + N / 4 / 2 * 4e-9))
+    assert cluster_torus_time(half, "4x2", N, column="halving-doubling") == pytest.approx(
+        rows + 2 * (1e-5 + N / 4 / 2 * 8e-9))
+    with pytest.raises(ValueError, match="'ring' or 'halving-doubling'"):
+        cluster_torus_time(C, "4x2", N, column="tree")
+    with pytest.raises(ValueError, match=r"exchange_efficiency=1.5 must be in \(0, 1\]"):
+        Cluster(nodes=2, ranks_per_node=4, intra=Link(1e-6, 1e10), inter=Link(1e-5, 1e9), exchange_efficiency=1.5)
     with pytest.raises(ValueError, match="world size is 8"):
         cluster_torus_time(C, "3x3", N)
 
@@ -67,11 +83,19 @@ def test_single_node_reduces_to_textbook():
 
 
 def test_planner_choice_on_a_known_case():
-    pred = predict(C, N)
     assert [str(g) for g in torus_grids(8)] == ["1x8", "2x4", "4x2", "8x1"]
+    # 2 nodes: Rabenseifner's exchanges at distance 1 and 2 stay inside a node, and only n/8 crosses: as
+    # the torus' bytes with fewer messages, so halving-doubling wins
+    pred = predict(C, N)
     assert pred.best_grid == TorusTopology(4, 2) == pred.natural_grid  # a node per row
-    assert pred.recommended == "torus"
+    assert pred.recommended == "halving-doubling"
     assert pred.times["torus"] == pytest.approx(cluster_torus_time(C, "4x2", N))
+    # 3 nodes (12 ranks, not a power of two): the 4 extra ranks fold their whole buffer across nodes
+    c3 = dataclasses.replace(C, nodes=3)
+    pred = predict(c3, N)
+    assert pred.best_grid == TorusTopology(4, 3) == pred.natural_grid
+    assert pred.recommended == "torus"
+    assert pred.times["torus"] < pred.times["hierarchical"] < pred.times["ring"] < pred.times["halving-doubling"]
     # with a free network (inter as fast as intra) nothing beats the single-link optimum ordering:
     flat = dataclasses.replace(C, inter=C.intra)
     assert predict(flat, 1.0).recommended == "halving-doubling"  # latency-bound: 2 lg p < 2(X-1)+2(Y-1)

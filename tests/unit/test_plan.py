@@ -26,14 +26,14 @@ def test_cluster_file_and_overrides(tmp_path):
 
 def test_prints_prediction_and_recommended_grid(tmp_path, capsys):
     out = tmp_path / "plan.json"
-    rc = main(["--nodes", "2", "--ranks-per-node", "4", "--intra-latency-us", "1", "--intra-bandwidth-gbps",
+    rc = main(["--nodes", "3", "--ranks-per-node", "4", "--intra-latency-us", "1", "--intra-bandwidth-gbps",
                "10", "--inter-latency-us", "10", "--inter-bandwidth-gbps", "1", "--bytes", "8M", "--json", str(out)])
     text = capsys.readouterr().out
     assert rc == 0
-    assert "torus 4x2 (best grid)" in text and "recommended: torus on grid 4x2" in text
+    assert "torus 4x3 (best grid)" in text and "recommended: torus on grid 4x3" in text
     doc = json.loads(out.read_text())
-    c = Cluster(nodes=2, ranks_per_node=4, intra=Link(1e-6, 1e10), inter=Link(1e-5, 1e9))
-    assert doc["predictions"][0]["times_s"]["torus"] == pytest.approx(cluster_torus_time(c, "4x2", 8 * 2 ** 20))
+    c = Cluster(nodes=3, ranks_per_node=4, intra=Link(1e-6, 1e10), inter=Link(1e-5, 1e9))
+    assert doc["predictions"][0]["times_s"]["torus"] == pytest.approx(cluster_torus_time(c, "4x3", 8 * 2 ** 20))
 
 
 def test_calibrate_from_benchmark_json(tmp_path, capsys):

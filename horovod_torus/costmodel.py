@@ -6,8 +6,8 @@ reduced). Textbook costs (Thakur, Rabenseifner & Gropp 2005; Patarasuk & Yuan 20
 
 ==========================  =================================================================
 ring                        2(p-1) a + 2(p-1)/p n b + (p-1)/p n g
-recursive halving-doubling  2 lg p a + 2(p-1)/p n b + (p-1)/p n g        (p = 2^k; otherwise
-                            the p - 2^k extra ranks first fold into partners: + 2(a + n b) + n g)
+recursive halving-doubling  2 lg q a + 2(q-1)/q n b + (q-1)/q n g        (q = 2^floor(lg p); the
+                            r = p - q extra ranks fold into a neighbour: + 3 a + 2 n b + n/2 g)
 hierarchical                local reduce 2(L-1) a_i + 2(L-1)/L n b_i + (L-1)/L n g, ring over the
                             N nodes 2(N-1) a_e + 2(N-1)/N n b_e + (N-1)/N n g, local broadcast
                             2(L-1) a_i + 2(L-1)/L n b_i (reduce/broadcast = scatter + gather rings)
@@ -25,7 +25,7 @@ node in the same step (k concurrent flows: beta = k / B_e). So the flat ring pay
 A pairwise exchange (two ranks on different nodes sending to each other in the same step: every
 inter-node step of halving-doubling, a 2-rank ring) runs at ``Cluster.exchange_efficiency`` of the link
 bandwidth in each direction: 1.0 on a full-duplex fabric (the default and every preset); fitted on the
-emulated cluster, where Open MPI's exchanges measured about half the rate of its ring steps
+emulated cluster, where Open MPI's exchanges ran at about 0.6 of the rate of its ring steps
 (:mod:`horovod_torus.cluster.results`). Halving-doubling follows Rabenseifner's algorithm as MPICH and Open
 MPI implement it (``allreduce_intra_redscat_allgather``): the distance doubles (partner r xor 1, 2, 4, ...)
 while the vector halves, so the largest exchange (n/2) is with the nearest rank, inside a node when ranks
@@ -141,14 +141,15 @@ def ring_time(p: int, n: float, alpha: float, beta: float, gamma: float = 0.0) -
 def halving_doubling_time(p: int, n: float, alpha: float, beta: float, gamma: float = 0.0) -> float:
     """Rabenseifner's recursive halving (reduce-scatter) + doubling (all-gather), seconds.
 
-    p = 2^k: 2k a + 2(p-1)/p n b + (p-1)/p n g. Otherwise the p - 2^k extra ranks send their whole
-    buffer to a partner first and get the result back last: + 2(a + n b) + n g on top of the 2^k cost.
+    p = 2^k: 2k a + 2(p-1)/p n b + (p-1)/p n g. Otherwise (q = 2^floor(lg p)) the p - q extra ranks fold
+    into a neighbour first, as Open MPI and MPICH do: a half-vector exchange, the reduced half sent on, and
+    the full result returned at the end: + 3 a + 2 n b + n/2 g on top of the q-rank cost.
     """
     _check(p, n)
     q = 1 << (p.bit_length() - 1)
     t = 2 * math.log2(q) * alpha + 2 * (q - 1) / q * n * beta + (q - 1) / q * n * gamma
     if q != p:
-        t += 2 * (alpha + n * beta) + n * gamma
+        t += 3 * alpha + 2 * n * beta + n / 2 * gamma
     return t
 
 
@@ -180,7 +181,8 @@ def _step_link(cluster: Cluster, pairs) -> tuple[float, float]:
 
     Inter-node flows share the NIC they leave by and the NIC they arrive at (full duplex): beta is the
     most flows on one NIC in one direction times the NIC's 1 / (B_e / nics), divided by
-    ``cluster.exchange_efficiency`` when an inter-node flow's reverse is in the same step (an exchange).
+    ``cluster.exchange_efficiency`` when any inter-node flow's reverse is in the same step (an exchange;
+    the patterns modelled here are all-exchange or exchange-free, so the step is charged as a whole).
     """
     leaving: dict[tuple[int, int], int] = {}
     arriving: dict[tuple[int, int], int] = {}
@@ -225,10 +227,15 @@ def cluster_ring_time(cluster: Cluster, n: float) -> float:
 def _halving_doubling_groups(cluster: Cluster, groups, n: float) -> float:
     """Concurrent halving-doublings, one per group of ranks (each in its own order), seconds.
 
-    Rabenseifner as MPICH and Open MPI run it: with q = 2^floor(lg g) of a group's g ranks, step k
-    (distance d = 2^k = 1, 2, ..., q/2) exchanges n / 2^(k+1) bytes with the partner at index i xor d
-    (reduce-scatter by vector halving) and the all-gather mirrors it; the g - q extra ranks first fold
-    into the partners i - q (+ 2(alpha + n beta) + n gamma).
+    Rabenseifner's algorithm as Open MPI (``ompi_coll_base_allreduce_intra_redscat_allgather``) and MPICH
+    run it, for a group of g ranks, q = 2^floor(lg g), r = g - q:
+
+    * fold (r > 0): among the first 2r ranks, neighbours i and i+1 (i even) exchange half their vectors
+      and reduce, the odd one sends its reduced half to the even one (alpha + n/2 beta twice, n/2 gamma);
+      the odd ones sit out and receive the full result at the end (alpha + n beta). The q remaining ranks
+      are renumbered (the evens of the first 2r, then the rest in order);
+    * step k (distance d = 2^k = 1, 2, ..., q/2 in the renumbering) exchanges n / 2^(k+1) bytes with the
+      partner at index i xor d (reduce-scatter by vector halving); the all-gather mirrors it.
     """
     groups = [list(g) for g in groups if len(g) > 1]
     if not groups:
@@ -236,17 +243,22 @@ def _halving_doubling_groups(cluster: Cluster, groups, n: float) -> float:
     g = len(groups[0])
     _check(g, n)
     q = 1 << (g.bit_length() - 1)
+    r = g - q
     t = 0.0
+    if r:
+        a, b = _step_link(cluster, [(grp[i], grp[i ^ 1]) for grp in groups for i in range(2 * r)])
+        t += a + n / 2 * b
+        a, b = _step_link(cluster, [(grp[i + 1], grp[i]) for grp in groups for i in range(0, 2 * r, 2)])
+        t += a + n / 2 * b + n / 2 * cluster.gamma
+        a, b = _step_link(cluster, [(grp[i], grp[i + 1]) for grp in groups for i in range(0, 2 * r, 2)])
+        t += a + n * b  # the full result back to the ranks that sat out
+    active = [grp[0:2 * r:2] + grp[2 * r:] for grp in groups]
     d = 1
     while d < q:
-        a, b = _step_link(cluster, [(grp[i], grp[i ^ d]) for grp in groups for i in range(q)])
+        a, b = _step_link(cluster, [(act[i], act[i ^ d]) for act in active for i in range(q)])
         t += 2 * (a + n / (2 * d) * b)  # one halving step (n / 2d bytes) and its mirror doubling step
         d *= 2
-    t += (q - 1) / q * n * cluster.gamma
-    if q != g:
-        a, b = _step_link(cluster, [(grp[i], grp[i - q]) for grp in groups for i in range(q, g)])
-        t += 2 * (a + n * b) + n * cluster.gamma
-    return t
+    return t + (q - 1) / q * n * cluster.gamma
 
 
 def cluster_halving_doubling_time(cluster: Cluster, n: float) -> float:
@@ -267,7 +279,8 @@ def cluster_torus_time(cluster: Cluster, grid: TorusTopology | str, n: float, co
 
     ``column``: the column all-reduce's algorithm, ``"ring"`` (the torus' own rings, NCCL, Gloo) or
     ``"halving-doubling"`` (an MPI library's MPI_Allreduce on the column communicator, e.g. Horovod's MPI
-    controller under Open MPI's default).
+    controller under Open MPI's default). The reduction cost is (XY-1)/(XY) n gamma in both cases (the
+    extra half-vector reduction of a halving-doubling fold, Y not a power of two, is left out).
     """
     grid = TorusTopology.parse(grid) if isinstance(grid, str) else grid
     grid.check_size(cluster.size)

@@ -21,7 +21,7 @@ def test_textbook_formulas_by_hand():
     assert ring_time(4, 1e6, 0, 0, gamma=1e-9) == pytest.approx(0.75e-3)
     assert halving_doubling_time(8, 1e6, 1e-6, 1e-9) == pytest.approx(6e-6 + 1.75e-3)
     # p = 6: the 2^2 = 4 core plus the fold-in/fold-out of the 2 extra ranks
-    assert halving_doubling_time(6, 1e6, 1e-6, 1e-9) == pytest.approx(4e-6 + 1.5e-3 + 2 * (1e-6 + 1e-3))
+    assert halving_doubling_time(6, 1e6, 1e-6, 1e-9) == pytest.approx(4e-6 + 1.5e-3 + 3e-6 + 2e-3)
     assert torus_time(4, 2, 8e6, 1e-6, 1e-9, 1e-5, 1e-8) == pytest.approx(6e-6 + 12e-3 + 2e-5 + 20e-3)
     assert hierarchical_time(2, 4, N, C.intra, C.inter) == pytest.approx(2 * (6e-6 + 1.2e-3) + 2e-5 + 8e-3)
 
@@ -79,6 +79,13 @@ def test_single_node_reduces_to_textbook():
     one = Cluster(nodes=1, ranks_per_node=4, intra=Link(2e-6, 5e9), inter=Link(1.0, 1.0), gamma=1e-12)
     assert cluster_ring_time(one, N) == pytest.approx(ring_time(4, N, 2e-6, 2e-10, 1e-12))
     assert cluster_halving_doubling_time(one, N) == pytest.approx(halving_doubling_time(4, N, 2e-6, 2e-10, 1e-12))
+    six = dataclasses.replace(one, ranks_per_node=6)  # the neighbour fold of 2 extra ranks, then 4
+    assert cluster_halving_doubling_time(six, N) == pytest.approx(halving_doubling_time(6, N, 2e-6, 2e-10, 1e-12))
+    # 3 nodes x 2: ranks 0-3 fold inside nodes 0 and 1 (neighbours), the active 0, 2, 4, 5 then exchange
+    # n/2 at distance 1 (0<->2 across nodes, 4<->5 inside node 2) and n/4 at distance 2 (0<->4 and 2<->5:
+    # node 2 sends and receives 2 flows on its one NIC); the fold inside the nodes is (almost) free
+    three = Cluster(nodes=3, ranks_per_node=2, intra=Link(0.0, 1e15), inter=Link(0.0, 1e9))
+    assert cluster_halving_doubling_time(three, N) == pytest.approx(2 * (N / 2 * 1e-9) + 2 * (N / 4 * 2e-9))
     assert cluster_torus_time(one, "2x2", N) == pytest.approx(torus_time(2, 2, N, 2e-6, 2e-10, 2e-6, 2e-10, 1e-12))
 
 

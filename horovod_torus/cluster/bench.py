@@ -225,6 +225,14 @@ def analyse(args, raw, facts) -> dict:
             "wirings": wirings}
 
 
+def _exchange_text(c) -> str:
+    if not c["exchange_reference"]:
+        return "pairwise exchanges at the full link rate (no Open MPI default rows to fit them on)"
+    edge = "; at the edge of the fitted range 0.05-1" if c["exchange_efficiency"] in (0.05, 1.0) else ""
+    return (f"pairwise exchanges at {c['exchange_efficiency']:.2f} of the link rate (fitted on "
+            f"{c['exchange_reference']}, rms residual {c['exchange_rms_relative_residual']:.1%}{edge})")
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -270,11 +278,7 @@ def main(argv=None) -> int:
           f"{c['inter_bandwidth_Bps_per_nic'] * 8 / 1e6:.0f} Mbit/s per NIC (nominal "
           f"{(c['nominal_Bps_per_nic'] or 0) * 8 / 1e6:.0f}), rms residual {c['inter_rms_relative_residual']:.1%}; "
           f"intra-node: alpha {c['intra_alpha_s'] * 1e6:.0f} us, {c['intra_bandwidth_Bps'] / 1e9:.2f} GB/s; "
-          + (f"pairwise exchanges at {c['exchange_efficiency']:.2f} of the link rate (fitted on "
-             f"{c['exchange_reference']}, rms residual {c['exchange_rms_relative_residual']:.1%}"
-             + ("; at the edge of the fitted range 0.05-1" if c['exchange_efficiency'] in (0.05, 1.0) else "") + ")"
-             if c["exchange_reference"] else "pairwise exchanges at the full link rate (no Open MPI default rows to "
-                                              "fit them on)"))
+          f"{_exchange_text(c)}")
     for w in result["wirings"]:
         print(f"\n## {w} wiring: time per all-reduce in s, slowest rank (model's prediction)\n")
         print(format_rows_table(result["rows"], w))

@@ -21,7 +21,7 @@ rows: a textbook ring) and the intra-node link fitted on a one-node run; the pai
 (:attr:`horovod_torus.costmodel.Cluster.exchange_efficiency`) is fitted on a second reference, the node
 wiring's ``mpi`` rows (Open MPI's default: Rabenseifner's exchanges; :func:`fit_exchange_efficiency`);
 every other row is predicted out of sample. Each strategy is mapped to the algorithm it runs
-(:data:`MODEL_OF`; the torus' column algorithm: :data:`COLUMN_OF`).
+(:data:`MODEL_OF`; the torus' column algorithm: :data:`MPI_COLUMN`).
 """
 from __future__ import annotations
 
@@ -32,7 +32,8 @@ from horovod_torus.costmodel import (
     model_coefficients,
 )
 
-__all__ = ["Launch", "OMPI_ALGORITHMS", "MODEL_OF", "COLUMN_OF", "fit_exchange_efficiency", "launches", "rows_from_doc", "fit_link", "make_cluster",
+__all__ = ["Launch", "OMPI_ALGORITHMS", "MODEL_OF", "MPI_COLUMN", "fit_exchange_efficiency", "launches",
+           "rows_from_doc", "fit_link", "make_cluster",
            "predict_row", "add_predictions", "fit_or_origin", "label", "forced_algorithm", "target_ratios", "format_rows_table", "format_targets",
            "TARGET_SIZES"]
 
@@ -49,11 +50,11 @@ MODEL_OF = {("torus", "mpirun"): "torus", ("torus:mpi", "mpirun"): "torus", ("to
             ("mpi", "mpirun"): "halving-doubling", ("mpi-ring", "mpirun"): "ring",
             ("mpi-segmented_ring", "mpirun"): "ring", ("mpi-rabenseifner", "mpirun"): "halving-doubling"}
 
-#: (strategy, launcher) -> fn(forced Open MPI algorithm or "default"/None) -> the column all-reduce's model.
-#: The Horovod-ops torus under mpirun runs its column as Horovod's MPI_Allreduce on the column communicator
-#: (Open MPI's algorithm: its default for 4 ranks measured as fast as Rabenseifner's); the MPI transport,
-#: Gloo and NCCL run rings.
-COLUMN_OF = {("torus", "mpirun"): lambda ompi: "ring" if ompi in ("ring", "segmented_ring") else "halving-doubling"}
+#: (strategy, launcher) whose torus column all-reduce is the MPI library's MPI_Allreduce on the column
+#: communicator, modelled like the flat call under the same Open MPI choice (its default for 4 ranks
+#: measured as fast as Rabenseifner's): the Horovod-ops torus under mpirun. The MPI transport, Gloo and
+#: NCCL run rings.
+MPI_COLUMN = {("torus", "mpirun")}
 
 TARGET_SIZES = (8 * 1024 ** 2, 32 * 1024 ** 2)
 
@@ -188,14 +189,15 @@ def predict_row(cluster: Cluster, strategy: str, launcher: str, nbytes: int, gri
     ``ompi_allreduce``: the Open MPI algorithm forced for the row's MPI_Allreduce calls; Horovod's ring
     under mpirun then runs that algorithm (MODEL_OF of ``mpi-<algorithm>``).
     """
-    if strategy == "ring" and launcher == "mpirun" and ompi_allreduce not in (None, "default"):
-        strategy = f"mpi-{ompi_allreduce}"
+    flat_call = "mpi" if ompi_allreduce in (None, "default") else f"mpi-{ompi_allreduce}"
+    if strategy == "ring" and launcher == "mpirun":
+        strategy = flat_call
     try:
         alg = MODEL_OF[strategy, launcher]
     except KeyError:
         raise ValueError(f"no model for strategy {strategy!r} under {launcher}: add it to MODEL_OF") from None
     if alg == "torus":
-        column = COLUMN_OF.get((strategy, launcher), lambda ompi: "ring")(ompi_allreduce)
+        column = MODEL_OF[flat_call, "mpirun"] if (strategy, launcher) in MPI_COLUMN else "ring"
         suffix = "" if column == "ring" else f", {column} column"
         return f"torus {grid}{suffix}", cluster_torus_time(cluster, grid, nbytes, column=column)
     if alg == "ring":

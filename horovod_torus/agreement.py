@@ -12,7 +12,8 @@ the process. So :func:`agree` exchanges each rank's settings first, without Horo
   the others', within ``timeout`` seconds.
 
 and raises :class:`SettingsMismatchError` on every rank, naming each rank's value of each setting that
-differs.
+differs. :func:`agree_on` wraps the local checks too: a rank whose own input is bad still takes part in
+the exchange (it sends its error), so every rank raises and none waits for it.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import time
 import urllib.error
 import urllib.request
 
-__all__ = ["agree", "SettingsMismatchError", "describe_mismatch"]
+__all__ = ["agree", "agree_on", "SettingsMismatchError", "describe_mismatch"]
 
 _attempts = {"n": 0}
 
@@ -75,9 +76,37 @@ def agree(settings: dict, *, rank: int, size: int, comm=None, environ=None, time
     if problem:
         raise SettingsMismatchError(
             f"horovod_torus.init: the ranks were started with different torus settings:\n{problem}\n"
-            f"pass the same grid, backend and process sets on every rank (export HOROVOD_TORUS_GRID / "
-            f"HOROVOD_TORUS_BACKEND to all ranks, e.g. mpirun -x NAME, or to none)")
+            f"pass the same grid, transport and process sets on every rank (export HOROVOD_TORUS_GRID / "
+            f"HOROVOD_TORUS_TRANSPORT / HOROVOD_TORUS_* to all ranks, e.g. mpirun -x NAME, or to none)")
     return per_rank
+
+
+def agree_on(build, *, rank: int, size: int, comm=None, environ=None, timeout: float = 120.0):
+    """Run this rank's local checks, then :func:`agree`: the same outcome on every rank.
+
+    Args:
+        build: a function of no arguments returning ``(value, settings)``: the checked value to return and
+            the JSON-able dict the ranks compare. A ValueError or TypeError it raises is sent to the other
+            ranks in place of the dict (so they do not wait for this rank) and raised here after the
+            exchange.
+        rank, size, comm, environ, timeout: as for :func:`agree`.
+
+    Returns:
+        ``value``, when every rank's checks passed with equal settings.
+
+    Raises:
+        SettingsMismatchError: the ranks' settings (or errors) differ; on every rank.
+        ValueError, TypeError: ``build``'s own error, when every rank raised the same one.
+    """
+    local_error, value = None, None
+    try:
+        value, settings = build()
+    except (ValueError, TypeError) as exc:
+        local_error, settings = exc, {"error": f"{type(exc).__name__}: {exc}"}
+    agree(settings, rank=rank, size=size, comm=comm, environ=environ, timeout=timeout)
+    if local_error is not None:
+        raise local_error
+    return value
 
 
 def _exchange_rendezvous(settings, rank, size, environ, timeout):

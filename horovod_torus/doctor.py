@@ -6,7 +6,7 @@
 
 Every rank reports its host, rank, local rank, the GPU it pinned (horovod_torus.devices: GPU = local
 rank), Horovod's built controllers (MPI, Gloo) and GPU operations (NCCL, ...), the controller in use, the
-MPI thread level, the torus grid and transport (``hvd.backend()``), then all ranks run one 1 MB float32
+MPI thread level, the torus grid and transport (``hvd.transport()``), then all ranks run one 1 MB float32
 all-reduce (Sum) through the torus and through Horovod's ring (``strategy="ring"``); each rank checks both
 against the exact sum it computes itself (inputs are small integers: exact in float32). Rank 0 prints one
 line per rank, in rank order, ending in ``OK`` or ``FAIL: why``, and a summary line; every rank exits with
@@ -105,7 +105,7 @@ def run(grid: str | None, nbytes: int) -> tuple[RankReport, list[RankReport]]:
         gpu, problems = "?", [str(err)]
     built, controller, threads = _built()
     report = RankReport(hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), socket.gethostname(), gpu,
-                        built, controller, threads, str(hvd.grid()), hvd.backend(), problems)
+                        built, controller, threads, str(hvd.grid()), hvd.transport(), problems)
     count = max(1, nbytes // 4)
     x = tf.constant(doctor_input(hvd.rank(), count))
     expected = exact_sum(hvd.size(), count)

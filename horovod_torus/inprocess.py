@@ -18,12 +18,11 @@ import threading
 import numpy as np
 
 from horovod_torus.fusion import shard_counts
+from horovod_torus.ops import UFUNCS
 from horovod_torus.signature import CallSignature, TorusMismatchError, compare
 from horovod_torus.topology import TorusTopology
 
 __all__ = ["InProcessWorld", "InProcessTransport", "run_ranks"]
-
-_UFUNCS = {"sum": np.add, "min": np.minimum, "max": np.maximum, "prod": np.multiply}
 
 
 class InProcessWorld:
@@ -57,7 +56,7 @@ class InProcessTransport:
     def _reduce(self, values, members, op):
         acc = np.array(values[members[0]], copy=True)
         for m in members[1:]:
-            _UFUNCS[op](acc, values[m], out=acc)
+            UFUNCS[op](acc, values[m], out=acc)
         return acc
 
     def verify(self, signature: CallSignature):

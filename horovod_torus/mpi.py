@@ -11,15 +11,15 @@ implementation of the three phases) runs on:
    element (Horovod's split);
 2. all-reduce of that shard on the column communicator (Y ranks): a Sendrecv ring (reduce-scatter then
    all-gather) from :data:`RING_MIN_BYTES` when the column's ranks are all on different nodes (the torus'
-   layout on a cluster: the column crosses the slow links, where Open MPI 4.1's default algorithm ran at
-   half a ring's speed), else ``MPI_Allreduce`` in place (one node: the library call is faster).
-   ``HOROVOD_TORUS_COLUMN_RING`` = ``auto`` (default) / ``1`` / ``0`` overrides the choice (same on every rank);
+   layout on a cluster: the column crosses the slow links), else ``MPI_Allreduce`` in place. The
+   ``column_ring`` setting (:class:`horovod_torus.settings.TorusSettings`) forces either;
 3. all-gather on the row communicator straight into the output (rings from RING_MIN_BYTES, else
    ``MPI_Allgather(v)``).
 
 Every call first compares its :class:`horovod_torus.signature.CallSignature` across ranks in one
 ``MPI_Allgather`` of 10 int64 words, so a rank passing another length, dtype, shape or op raises
 :class:`horovod_torus.signature.TorusMismatchError` on every rank instead of hanging or summing garbage.
+A call of the ``"flat"`` algorithm is one ``MPI_Allreduce`` on the whole duplicate communicator.
 
 Example (``mpirun -np 4 python -c ...``)::
 
@@ -35,7 +35,6 @@ Example (``mpirun -np 4 python -c ...``)::
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 import threading
 import time
@@ -44,39 +43,31 @@ import numpy as np
 from mpi4py import MPI
 from mpi4py.util.dtlib import from_numpy_dtype
 
+from horovod_torus.agreement import agree_on
 from horovod_torus.fusion import shard_counts
+from horovod_torus.ops import LABELS, REDUCE_OPS, UFUNCS
 from horovod_torus.phases import allreduce_buffer
-from horovod_torus.process_sets import grid_from_env
+from horovod_torus.settings import TorusSettings
 from horovod_torus.signature import CallSignature, TorusMismatchError, compare
 from horovod_torus.topology import TorusTopology
 
-__all__ = ["TorusComm", "torus_allreduce", "ring_reduce_scatter", "ring_allgather", "RING_MIN_BYTES",
-           "COLUMN_RING_ENV", "TorusMismatchError"]
+__all__ = ["TorusComm", "torus_allreduce", "ring_reduce_scatter", "ring_allgather", "comm_world",
+           "RING_MIN_BYTES", "TorusMismatchError"]
 
 
-COLUMN_RING_ENV = "HOROVOD_TORUS_COLUMN_RING"
-_COLUMN_RING_VALUES = {"auto": None, "1": True, "0": False}
+def comm_world(comm: MPI.Comm) -> tuple[int, int, int]:
+    """(size, local size, rank) of ``comm``: the local size is that of this rank's shared-memory
+    sub-communicator (``MPI_COMM_TYPE_SHARED``: the ranks of ``comm`` on this node). Collective."""
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    try:
+        return comm.Get_size(), local.Get_size(), comm.Get_rank()
+    finally:
+        local.Free()
 
 
-def _agree_on_grid(comm: MPI.Comm, grid: TorusTopology, column_ring: str) -> None:
-    """Raise ValueError on every rank unless every rank of ``comm`` chose the same grid and a valid, equal
-    ``HOROVOD_TORUS_COLUMN_RING`` value."""
-    chosen = comm.allgather((grid.x, grid.y, column_ring))
-    if len({c[:2] for c in chosen}) > 1:
-        shown = ", ".join(f"rank {r} {x}x{y}" for r, (x, y, _) in enumerate(chosen))
-        raise ValueError(f"the ranks chose different torus grids ({shown}): pass the same grid on every "
-                         f"rank (HOROVOD_TORUS_GRID must be exported to all of them)")
-    bad = sorted({c[2] for c in chosen if c[2] not in _COLUMN_RING_VALUES})
-    if bad or len({c[2] for c in chosen}) > 1:
-        shown = ", ".join(f"rank {r} {c[2]!r}" for r, c in enumerate(chosen))
-        raise ValueError(f"{COLUMN_RING_ENV} must be one of auto, 1, 0 and the same on every rank, got {shown}: "
-                         f"export one value to all ranks (mpirun -x {COLUMN_RING_ENV})")
-
-
-def _column_ring(column: MPI.Comm, setting: str) -> bool:
+def _column_ring(column: MPI.Comm, forced: bool | None) -> bool:
     """Whether phase 2 runs as a Sendrecv ring on ``column`` (collective over it): the forced value, or
-    with ``auto`` True when no two of its ranks share a node (``MPI_COMM_TYPE_SHARED``)."""
-    forced = _COLUMN_RING_VALUES[setting]
+    with None (``auto``) True when no two of its ranks share a node (``MPI_COMM_TYPE_SHARED``)."""
     if forced is not None or column.Get_size() == 1:
         return bool(forced)
     local = column.Split_type(MPI.COMM_TYPE_SHARED)
@@ -103,52 +94,63 @@ class TorusComm:
     """
 
     def __init__(self, comm: MPI.Comm, grid: TorusTopology, row: MPI.Comm, column: MPI.Comm,
-                 column_ring: bool = False):
+                 column_ring: bool = False, deadline: float | None = None):
         self.comm, self.grid, self.row, self.column = comm, grid, row, column
         self.column_ring = column_ring
         self.rank = comm.Get_rank()
         self.calls = 0
-        self.deadline: float | None = _env_deadline()
+        self.deadline = deadline
         self._busy: tuple | None = None  # (start time, call number) while a call is in MPI
         self._watchdog: threading.Thread | None = None
         self._workspace: dict = {}
         self._pending = None  # (length, out, block view) of the last reduce-scatter, for allgather
 
     @classmethod
-    def create(cls, comm: MPI.Comm, grid: TorusTopology | str | None = None) -> "TorusComm":
-        """Duplicate ``comm`` and split the duplicate by the grid. Collective over ``comm``.
+    def create(cls, comm: MPI.Comm, grid: TorusTopology | str | None = None, *, column_ring=None,
+               stall_seconds=None) -> "TorusComm":
+        """Resolve the settings, agree on them across ``comm``, then :meth:`from_settings`. Collective.
 
         Args:
             comm: an intra-communicator (its ranks are the torus ranks).
             grid: TorusTopology, ``"XxY"`` string, or None (``HOROVOD_TORUS_GRID``, else the default
                 factorisation with a node's ranks in one row).
+            column_ring: the column all-reduce's algorithm (:attr:`column_ring`): None/``"auto"``
+                (``HOROVOD_TORUS_COLUMN_RING``, default auto: a Sendrecv ring for shards from
+                :data:`RING_MIN_BYTES` when the column's ranks are all on different nodes), True (a ring
+                from RING_MIN_BYTES on any layout), False (always ``MPI_Allreduce``).
+            stall_seconds: :attr:`deadline` (None: ``HOROVOD_STALL_SHUTDOWN_TIME_SECONDS``, else 300 s;
+                0: none).
 
-        The column all-reduce's algorithm (:attr:`column_ring`) comes from ``HOROVOD_TORUS_COLUMN_RING``:
-        ``auto`` (default): a Sendrecv ring for shards from :data:`RING_MIN_BYTES` when the column's ranks
-        are all on different nodes; ``1``: a ring from RING_MIN_BYTES on any layout; ``0``: always
-        ``MPI_Allreduce``.
+        The rules are :meth:`horovod_torus.settings.TorusSettings.resolve`'s (argument, else variable,
+        else default).
 
         Raises:
-            ValueError: a malformed grid or X*Y != comm size (raised locally, on every rank, before any
-                communication), or ranks that chose different grids, or a HOROVOD_TORUS_COLUMN_RING value
-                other than auto/1/0 or not the same on every rank (on every rank, after one small
-                all-gather).
+            ValueError: a malformed setting or X*Y != comm size (every rank raises, before any torus
+                communicator exists); :class:`horovod_torus.agreement.SettingsMismatchError` (a
+                ValueError) when the ranks resolved different settings, naming each rank's value.
         """
-        if isinstance(grid, str):
-            grid = TorusTopology.parse(grid)
-        elif grid is None:
-            grid = grid_from_env()
-            if grid is None:
-                local = comm.Split_type(MPI.COMM_TYPE_SHARED)
-                grid = TorusTopology.from_world(comm.Get_size(), local.Get_size())
-                local.Free()
-        grid.check_size(comm.Get_size())
-        setting = os.environ.get(COLUMN_RING_ENV, "auto").strip().lower() or "auto"
-        _agree_on_grid(comm, grid, setting)
+        size, local_size, rank = comm_world(comm)
+
+        def build():
+            settings = TorusSettings.resolve(size=size, local_size=local_size, grid=grid,
+                                             column_ring=column_ring, stall_seconds=stall_seconds)
+            shown = settings.agreement()
+            return settings, {k: shown[k] for k in ("grid", "column_ring", "stall_seconds")}
+
+        return cls.from_settings(comm, agree_on(build, rank=rank, size=size, comm=comm))
+
+    @classmethod
+    def from_settings(cls, comm: MPI.Comm, settings: TorusSettings) -> "TorusComm":
+        """Duplicate ``comm`` and split the duplicate by ``settings.grid`` (collective over ``comm``).
+
+        ``settings`` must already be equal on every rank (``init`` agrees on them first; :meth:`create`
+        does for the numpy API)."""
+        grid = settings.grid.check_size(comm.Get_size())
         dup = comm.Dup()
         r, c = grid.coords(dup.Get_rank())
         column = dup.Split(color=c, key=r)
-        return cls(dup, grid, dup.Split(color=r, key=c), column, column_ring=_column_ring(column, setting))
+        return cls(dup, grid, dup.Split(color=r, key=c), column,
+                   column_ring=_column_ring(column, settings.column_ring), deadline=settings.stall_seconds)
 
     def free(self) -> None:
         """Free the three communicators (collective only in MPI's sense: call it on every rank)."""
@@ -165,8 +167,8 @@ class TorusComm:
     @contextlib.contextmanager
     def watch(self):
         """Run one call under the deadline: MPI calls made outside Horovod never time out, so a rank that
-        skipped a call or died would leave the others blocked forever. When :attr:`deadline` (seconds;
-        ``HOROVOD_STALL_SHUTDOWN_TIME_SECONDS`` by default, the time ``init`` gives Horovod) passes with
+        skipped a call or died would leave the others blocked forever. When :attr:`deadline` (seconds; the
+        ``stall_seconds`` setting, the time ``init`` also gives Horovod) passes with
         the call still in MPI, a watchdog thread prints which call waited and aborts the job
         (``MPI_Abort``: every rank exits non-zero; checkpoints already written stay intact)."""
         if self.deadline and self._watchdog is None:
@@ -210,7 +212,7 @@ class TorusComm:
     def reduce_scatter(self, buf: np.ndarray, op: str) -> np.ndarray:
         counts = shard_counts(buf.size, self.grid.x)
         me = self.grid.coords(self.rank)[1]
-        ufunc = _UFUNCS[op]
+        ufunc = UFUNCS[op]
         if buf.nbytes >= RING_MIN_BYTES:
             out = np.empty_like(buf)
             shard = out[_blocks(counts)[me]]
@@ -233,7 +235,7 @@ class TorusComm:
             out = np.empty_like(shard)  # a new array: with X == 1 the shard is the caller's buffer
             block = _blocks(counts)[self.grid.coords(self.rank)[0]]  # position in the column = row index
             work = [self.shard_buffer(max(counts), shard.dtype, slot) for slot in (3, 4)]
-            ring_reduce_scatter(self.column, shard, out[block], counts, _UFUNCS[op], work)
+            ring_reduce_scatter(self.column, shard, out[block], counts, UFUNCS[op], work)
             ring_allgather(self.column, out, counts)
             return out
         wire_op = _wire_op(_MPI_OPS[op], shard.dtype)
@@ -269,17 +271,7 @@ class TorusComm:
         return buf
 
 
-_MPI_OPS = {"sum": MPI.SUM, "min": MPI.MIN, "max": MPI.MAX, "prod": MPI.PROD}
-_UFUNCS = {"sum": np.add, "min": np.minimum, "max": np.maximum, "prod": np.multiply}
-_OP_NAMES = {"sum": "Sum", "min": "Min", "max": "Max", "prod": "Product"}
-
-
-def _env_deadline() -> float | None:
-    value = os.environ.get("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "").strip()
-    try:
-        return float(value) if value and float(value) > 0 else None
-    except ValueError:
-        return None
+_MPI_OPS = {name: getattr(MPI, name.upper()) for name in REDUCE_OPS}
 
 
 def _op_name(op) -> str:
@@ -321,7 +313,7 @@ def torus_allreduce(comm, sendbuf, recvbuf=None, op=MPI.SUM, grid=None):
     _check_dtype(send.dtype)
     opname = _op_name(op)
     if send.dtype == np.float16 and opname != "sum":
-        raise TypeError(f"float16 supports op=MPI.SUM only, got MPI.{_OP_NAMES[opname].upper()}")
+        raise TypeError(f"float16 supports op=MPI.SUM only, got MPI.{opname.upper()}")
     if isinstance(comm, TorusComm):
         if grid is not None and str(grid) != str(comm.grid):
             raise ValueError(f"grid={grid} differs from the TorusComm's grid {comm.grid}")
@@ -335,7 +327,7 @@ def torus_allreduce(comm, sendbuf, recvbuf=None, op=MPI.SUM, grid=None):
 
 def _run(tc: TorusComm, send: np.ndarray, recvbuf, opname: str):
     signature = CallSignature(elements=send.size, dtype=send.dtype.name,
-                              layout=((send.dtype.name, send.shape),), op=_OP_NAMES[opname])
+                              layout=((send.dtype.name, send.shape),), op=LABELS[opname])
     with tc.watch():
         out = allreduce_buffer(tc, send.reshape(-1), signature, op=opname)
     if np.shares_memory(out, send):  # one rank: nothing moved, the result must not alias the input
@@ -360,12 +352,9 @@ def _check_dtype(dtype) -> None:
 
 RING_MIN_BYTES = 256 * 1024
 """Per-rank buffer size (bytes) from which phases 1 and 3 run as explicit Sendrecv rings (and phase 2, on
-the shard, when :attr:`TorusComm.column_ring` is on).
-
-Measured on Open MPI 4.1, 4 ranks on 2 cores (2x2 grid): the library's MPI_Reduce_scatter_block /
-MPI_Allgather on the 2-rank row communicators cost 2-2.7x an MPI_Allreduce of the whole buffer at 1-16 MB,
-while the Sendrecv rings below give 0.97x (1 MB, 16 MB) and 0.77x (100 MB); under ~64 KB the library
-collectives win (one call instead of X-1 Python-level steps)."""
+the shard, when :attr:`TorusComm.column_ring` is on); below it the library collectives
+(``MPI_Reduce_scatter(_block)``, ``MPI_Allgather(v)``) run. The measurements behind the value are in
+``docs/notes/mpi_transport.md``."""
 
 _float16: dict = {}
 

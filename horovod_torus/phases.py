@@ -10,27 +10,29 @@ Ranks sit on an X x Y grid (rank r at row r // X, column r % X). For a buffer of
 
 Bytes sent per rank: 2(X-1)/X * S*itemsize on the rows + 2(Y-1)/(XY) * S*itemsize on the columns, the
 same as one ring all-reduce, in 2(X-1) + 2(Y-1) steps instead of 2(XY-1). A phase over one rank is skipped
-(X == 1: phases 1 and 3; Y == 1: phase 2). Below a size where latency dominates one flat all-reduce of
-the same transport is faster: :class:`CallSignature` ``algorithm="flat"`` chooses it.
+(X == 1: phases 1 and 3; Y == 1: phase 2).
+
+Below a size where latency dominates, one flat all-reduce over all ranks is faster: a call whose
+:class:`CallSignature` says ``algorithm="flat"`` runs :meth:`Transport.allreduce_flat` instead of the
+three phases, with the same check and the same scaling. This is the only flat path of the torus: the
+TensorFlow layer's ``min_torus_bytes`` crossover takes it on every transport.
 
 :func:`allreduce_buffer` is the shipped algorithm. Every transport runs it unchanged:
-``horovod_torus.mpi.MpiTransport`` (mpi4py row/column communicators: the numpy API and the TensorFlow
-``mpi`` transport), ``horovod_torus.tensorflow.transports.HorovodTransport`` (Horovod ops on the row and
-column process sets: MPI, Gloo, NCCL) and :class:`horovod_torus.inprocess.InProcessTransport` (N
+:class:`horovod_torus.mpi.TorusComm` (mpi4py row/column communicators: the numpy API and the TensorFlow
+``mpi`` transport), :class:`horovod_torus.tensorflow.transports.HorovodTransport` (Horovod ops on the row
+and column process sets: MPI, Gloo, NCCL) and :class:`horovod_torus.inprocess.InProcessTransport` (N
 simulated ranks in threads: what the unit tests run).
 """
 from __future__ import annotations
 
 from typing import Any, Protocol
 
+from horovod_torus.ops import REDUCE_OPS, check_reduce_op
 from horovod_torus.scaling import scale
 from horovod_torus.signature import CallSignature
 from horovod_torus.topology import TorusTopology
 
 __all__ = ["Transport", "allreduce_buffer", "REDUCE_OPS"]
-
-#: The element-wise reductions a transport may be asked for ("sum" is all the TensorFlow layer uses).
-REDUCE_OPS = ("sum", "min", "max", "prod")
 
 
 class Transport(Protocol):
@@ -59,7 +61,7 @@ class Transport(Protocol):
         """Phase 3 on the row: the row's blocks concatenated in column order."""
 
     def allreduce_flat(self, buf, op: str):
-        """One all-reduce over all ranks (the ``"flat"`` algorithm)."""
+        """One all-reduce of the whole buffer over all ranks (the ``"flat"`` algorithm)."""
 
     def gate(self, buf, token):
         """``buf``, made to wait for the verification token (a control dependency in TensorFlow graphs), so
@@ -85,8 +87,7 @@ def allreduce_buffer(transport: Transport, buf, signature: CallSignature, presca
         horovod_torus.signature.TorusMismatchError: on every rank when the signatures differ.
         ValueError: an ``op`` outside :data:`REDUCE_OPS`.
     """
-    if op not in REDUCE_OPS:
-        raise ValueError(f"op={op!r} is not an element-wise reduction: choose one of {', '.join(REDUCE_OPS)}")
+    check_reduce_op(op)
     grid = transport.grid
     buf = transport.gate(buf, transport.verify(signature))
     if signature.elements == 0:  # checked, nothing to move

@@ -7,20 +7,16 @@ Horovod 0.28.1 facts this module is built around (horovod/common/process_sets.py
   so such a phase uses ``hvd.global_process_set`` instead;
 * a phase over a single rank (the column when Y == 1, the row when X == 1) is skipped altogether.
 
-The world size must be known *before* ``hvd.init`` to build the sets. It is read from the launcher:
-``HOROVOD_SIZE`` / ``HOROVOD_LOCAL_SIZE`` under ``horovodrun`` (Gloo), otherwise from MPI through
-mpi4py (``mpirun``, ``horovodrun --mpi``, or a single process), which Horovod then reuses.
+The world size must be known *before* ``hvd.init`` to build the sets: ``init`` takes it from the MPI
+communicator, or under ``horovodrun --gloo`` from :class:`horovod_torus.launch.LaunchContext`.
 """
 from __future__ import annotations
 
 import dataclasses
-import os
 
 from horovod_torus.topology import TorusTopology
 
-__all__ = ["TorusProcessSets", "world_from_launcher", "grid_from_env", "GRID_ENV"]
-
-GRID_ENV = "HOROVOD_TORUS_GRID"
+__all__ = ["TorusProcessSets"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,40 +74,3 @@ class TorusProcessSets:
     def column(self):
         """Process set of this rank's column (phase 2), or None when Y == 1."""
         return self.column_sets[self.grid.coords(self.rank)[1]]
-
-
-def grid_from_env(environ=None) -> TorusTopology | None:
-    """The grid named by ``HOROVOD_TORUS_GRID=XxY``, or None when unset/empty.
-
-    Raises:
-        ValueError: a malformed value (the message names it and the expected form).
-    """
-    environ = os.environ if environ is None else environ
-    text = environ.get(GRID_ENV, "").strip()
-    if not text:
-        return None
-    try:
-        return TorusTopology.parse(text)
-    except ValueError as e:
-        raise ValueError(f"{GRID_ENV}={text!r}: {e}") from None
-
-
-def world_from_launcher(comm=None, environ=None) -> tuple[int, int, int]:
-    """(size, local_size, rank) of this job before Horovod starts.
-
-    Under ``horovodrun`` with Gloo the runner exports ``HOROVOD_SIZE``, ``HOROVOD_LOCAL_SIZE`` and
-    ``HOROVOD_RANK``; otherwise MPI is asked through mpi4py (``comm`` or ``MPI.COMM_WORLD``; the local
-    size is the size of the shared-memory sub-communicator).
-    """
-    environ = os.environ if environ is None else environ
-    if comm is None and "HOROVOD_SIZE" in environ:
-        size = int(environ["HOROVOD_SIZE"])
-        return size, int(environ.get("HOROVOD_LOCAL_SIZE", size)), int(environ.get("HOROVOD_RANK", 0))
-    from mpi4py import MPI
-
-    comm = MPI.COMM_WORLD if comm is None else comm
-    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
-    try:
-        return comm.Get_size(), local.Get_size(), comm.Get_rank()
-    finally:
-        local.Free()

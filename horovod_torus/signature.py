@@ -137,5 +137,5 @@ def compare(gathered: np.ndarray, mine: CallSignature | None = None, what: str =
             "every rank must pass the same shapes, dtypes, op, scale factors, compression and name, position "
             "by position")
     here = f"; this rank passed {list(mine.layout)[:8]}" if mine is not None and mine.layout else ""
-    raise TorusMismatchError(f"{what}: the ranks disagree on {', '.join(FIELDS[i] for i in differ)}:\n"
+    raise TorusMismatchError(f"{what}: mismatch across ranks: the ranks disagree on {', '.join(FIELDS[i] for i in differ)}:\n"
                              + "\n".join(lines) + f"\n{hint}{here}", [FIELDS[i] for i in differ])

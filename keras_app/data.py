@@ -23,6 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 from horovod_torus import __version__
+from horovod_torus.launch import LaunchContext
 from keras_app.config import DataConfig
 
 __all__ = ["Split", "read_idx", "load_fashion_mnist", "train_dataset", "val_dataset", "num_examples",
@@ -445,13 +446,6 @@ def stage_tfrecords(data_dir: str, dest: str, world_size: int, ranks) -> list[st
     return copied
 
 
-def _launcher_rank() -> int:
-    for var in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID", "HOROVOD_RANK"):
-        if var in os.environ:
-            return int(os.environ[var])
-    return 0
-
-
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m keras_app.data")
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -471,7 +465,7 @@ def main(argv=None) -> None:
     if args.command == "prepare-tfds":
         prepare_imagenet_tfds(args.data_dir, args.manual_dir)
         return
-    node = _launcher_rank() if args.node is None else args.node
+    node = LaunchContext.from_environ().rank if args.node is None else args.node
     first = node * args.ranks_per_node
     ranks = range(first, min(first + args.ranks_per_node, args.world_size))
     copied = stage_tfrecords(args.data_dir, args.dest, args.world_size, ranks)

@@ -7,7 +7,7 @@
 #   NP 4 | GRID 2x2 (X ranks per row; a node per row on a cluster) | MINBYTES 4 | MAXBYTES 128M | FACTOR 2
 #   ITERS 5 | WARMUP 2 | OUT docs/bench_allreduce (path prefix of .json and .png) | HOSTFILE (Open MPI hostfile)
 #   PYTHON (default: this repo's .venv) | MPI_EXTRA (extra mpirun options)
-# Extra arguments go to `python -m horovod_torus.bench` (e.g. --strategies torus ring, --torus-backend horovod).
+# Extra arguments go to `python -m horovod_torus.bench` (e.g. --strategies torus ring, --torus-transport horovod).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 NP=${NP:-4}
@@ -20,7 +20,7 @@ opts=(--bind-to none -np "$NP")
 [ "$(id -u)" = 0 ] && opts+=(--allow-run-as-root)
 if [ -n "${HOSTFILE:-}" ]; then opts+=(--hostfile "$HOSTFILE"); else opts+=(--oversubscribe); fi
 for v in PATH LD_LIBRARY_PATH PYTHONPATH TF_CPP_MIN_LOG_LEVEL HOROVOD_STALL_SHUTDOWN_TIME_SECONDS \
-         HOROVOD_TORUS_BACKEND HOROVOD_FUSION_THRESHOLD HOROVOD_CYCLE_TIME NCCL_DEBUG NCCL_IB_HCA; do
+         HOROVOD_TORUS_TRANSPORT HOROVOD_TORUS_BACKEND HOROVOD_FUSION_THRESHOLD HOROVOD_CYCLE_TIME NCCL_DEBUG NCCL_IB_HCA; do
   [ -n "${!v:-}" ] && opts+=(-x "$v")
 done
 mkdir -p "$(dirname "$OUT")"

@@ -15,7 +15,7 @@ SIZES=${SIZES:-8,4K,64K,1M,16M,100M}
 PYTHON=${PYTHON:-$PWD/.venv/bin/python}
 export TF_CPP_MIN_LOG_LEVEL=2 PYTHONWARNINGS=ignore
 run=(mpirun --bind-to none --oversubscribe -np "$NP" -x TF_CPP_MIN_LOG_LEVEL -x PYTHONWARNINGS)
-for v in HOROVOD_TORUS_MIN_BYTES HOROVOD_CYCLE_TIME HOROVOD_TORUS_BACKEND; do [ -n "${!v:-}" ] && run+=(-x "$v"); done
+for v in HOROVOD_TORUS_MIN_BYTES HOROVOD_CYCLE_TIME HOROVOD_TORUS_TRANSPORT HOROVOD_TORUS_BACKEND; do [ -n "${!v:-}" ] && run+=(-x "$v"); done
 [ "$(id -u)" = 0 ] && run+=(--allow-run-as-root)
 mkdir -p "$OUT"
 for k in $(seq 1 "$RUNS"); do

@@ -19,7 +19,8 @@ from horovod_torus.strategies.registry import import_strategy_modules
 from horovod_torus.bench.report import (
     bench_document, canonical_dtype, format_header, format_row, parse_size, sweep_sizes, write_json_atomic,
 )
-from horovod_torus.bench.world import HorovodControl, MpiControl, host_facts, mpi_launched
+from horovod_torus.bench.world import HorovodControl, MpiControl, host_facts
+from horovod_torus.launch import LaunchContext
 
 __all__ = ["main", "build_parser", "config_from_args"]
 
@@ -48,9 +49,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="import MODULE first (it registers strategies); repeatable or comma-separated")
     p.add_argument("--grid", default=None, help="torus grid XxY (default: HOROVOD_TORUS_GRID, else a "
                                                 "node's ranks per row)")
-    p.add_argument("--torus-backend", default=None, choices=("auto", "horovod", "mpi"),
-                   help="data path of the torus strategy (horovod_torus.tensorflow.init(backend=...); "
-                        "default: HOROVOD_TORUS_BACKEND, else auto)")
+    p.add_argument("--torus-transport", "--torus-backend", dest="torus_transport", default=None,
+                   choices=("auto", "horovod", "mpi"),
+                   help="data path of the torus strategy (horovod_torus.tensorflow.init(transport=...); "
+                        "default: HOROVOD_TORUS_TRANSPORT, else auto; --torus-backend: deprecated alias)")
     p.add_argument("--json", default=None, metavar="FILE", help="write the rows and host facts as JSON")
     p.add_argument("--version", action="version", version=f"%(prog)s {__import__('horovod_torus').__version__}")
     p.add_argument("--plot", default=None, metavar="FILE.png", help="plot busbw and time against size")
@@ -76,19 +78,21 @@ def config_from_args(args) -> BenchConfig:
 
 
 def _mpi_grid(comm, grid):
-    """The grid string the mpi-torus strategy runs on (validates an explicit grid on every rank)."""
-    from horovod_torus.mpi import TorusComm
+    """The grid string the mpi-torus strategy runs on (TorusSettings' rules; raises ValueError for a grid
+    that does not fit, on every rank alike)."""
+    from horovod_torus.mpi import comm_world
+    from horovod_torus.settings import TorusSettings
 
-    with TorusComm.create(comm, grid) as tc:
-        return str(tc.grid)
+    size, local_size, _ = comm_world(comm)
+    return str(TorusSettings.resolve(size=size, local_size=local_size, grid=grid).grid)
 
 
 def _start_horovod(config, args):
-    """Initialise Horovod through horovod_torus; returns (control, grid string, torus backend)."""
+    """Initialise Horovod through horovod_torus; returns (control, grid string, torus transport)."""
     import horovod_torus.tensorflow as hvd
     from horovod_torus.devices import pin_gpu
 
-    torus = hvd.init(grid=config.grid, backend=args.torus_backend)
+    torus = hvd.init(grid=config.grid, transport=args.torus_transport)
     pin_gpu()  # one GPU per rank (= local rank), memory growth
     return HorovodControl(), str(torus.grid), torus.transport
 
@@ -101,7 +105,8 @@ def main(argv=None) -> int:
     except (ValueError, ImportError) as e:
         print(f"horovod_torus.bench: error: {e}", file=sys.stderr)
         return 2
-    have_mpi = mpi_launched()
+    context = LaunchContext.from_environ()
+    have_mpi = context.mpi_world
     skipped = {}
     strategies = list(config.strategies)
     if not have_mpi:
@@ -122,7 +127,7 @@ def main(argv=None) -> int:
     mpi_names = [s for s in strategies if is_mpi(s)]
     tf_names = [s for s in strategies if not is_mpi(s)]
     comm = None
-    grid, torus_backend = config.grid, None
+    grid, torus_transport = config.grid, None
     try:
         if have_mpi:
             from mpi4py import MPI
@@ -135,7 +140,7 @@ def main(argv=None) -> int:
         return 2
     control = MpiControl(comm) if comm is not None else None
     config = BenchConfig(**{**config.__dict__, "grid": grid})
-    root = (control.rank if control is not None else _launcher_rank()) == 0
+    root = (control.rank if control is not None else context.rank) == 0
 
     def emit(row):
         if root:
@@ -159,20 +164,20 @@ def main(argv=None) -> int:
             rows += run_strategy(s, config, control, comm=comm, on_row=emit)
     if tf_names:
         try:
-            control, tf_grid, torus_backend = _start_horovod(config, args)
+            control, tf_grid, torus_transport = _start_horovod(config, args)
         except ValueError as e:  # raised on every rank before any collective
             print(f"horovod_torus.bench: error: {e}", file=sys.stderr)
             return 2
         grid = grid or tf_grid
         print_header(control.size, len(set(control.gather_object(_hostname()))))
         if root:
-            print(f"# torus backend {torus_backend}; Horovod started (the rows above ran without it)",
+            print(f"# torus transport {torus_transport}; Horovod started (the rows above ran without it)",
                   flush=True)
         _warm_up(tf_names, config, control, comm)
         for s in tf_names:
             rows += run_strategy(s, config, control, comm=comm, on_row=emit)
     launcher = "mpi" if have_mpi else "gloo"
-    host = host_facts(control, launcher=launcher, extra={"torus_backend": torus_backend,
+    host = host_facts(control, launcher=launcher, extra={"torus_transport": torus_transport,
                                                         "mpi_rows_before_horovod": True})
     if root:
         checked = [r.wrong for r in rows if r.wrong is not None]
@@ -203,12 +208,6 @@ def _hostname() -> str:
     import socket
 
     return socket.gethostname()
-
-
-def _launcher_rank() -> int:
-    import os
-
-    return int(os.environ.get("HOROVOD_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0")))
 
 
 if __name__ == "__main__":

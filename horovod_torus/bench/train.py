@@ -31,7 +31,8 @@ from horovod_torus import __version__
 from horovod_torus.bench.reducers import tf_reduce_fn
 from horovod_torus.strategies.registry import available_strategies, check_strategy, import_strategy_modules
 from horovod_torus.bench.report import summarize_times, write_json_atomic
-from horovod_torus.bench.world import HorovodControl, host_facts, mpi_launched
+from horovod_torus.bench.world import HorovodControl, host_facts
+from horovod_torus.launch import LaunchContext
 from horovod_torus.devices import pin_gpu
 
 __all__ = ["MODELS", "build_model", "TrainBenchConfig", "TrainResult", "throughput", "run", "main"]
@@ -71,7 +72,7 @@ class TrainBenchConfig:
         steps: timed steps >= 1; warmup_steps: untimed steps >= 1 (the first traces the step function).
         sync_iters: timed calls of the isolated gradient sync >= 1.
         grid: ``"XxY"`` or None (horovod_torus' default grid).
-        torus_backend: ``auto``/``horovod``/``mpi`` or None (``horovod_torus.tensorflow.init(backend=...)``).
+        torus_transport: ``auto``/``horovod``/``mpi`` or None (``horovod_torus.tensorflow.init(transport=...)``).
         seed: weight/data seed (same weights on every rank; data differs per rank).
         bucket_bytes: None (one reduction per step) or the DistributedOptimizer's ``bucket_bytes``.
         mixed_precision: Keras dtype policy ``float32``, ``mixed_float16`` (the loss is scaled by a
@@ -88,7 +89,7 @@ class TrainBenchConfig:
     warmup_steps: int = 2
     sync_iters: int = 10
     grid: str | None = None
-    torus_backend: str | None = None
+    torus_transport: str | None = None
     seed: int = 0
     bucket_bytes: int | None = None
     mixed_precision: str = "float32"
@@ -201,7 +202,7 @@ def run(config: TrainBenchConfig):
 
     import horovod_torus.tensorflow as hvd
 
-    hvd.init(grid=config.grid, backend=config.torus_backend)
+    hvd.init(grid=config.grid, transport=config.torus_transport)
     pin_gpu()  # one GPU per rank (local rank), memory growth: before the first TensorFlow op
     control = HorovodControl()
     reduce = tf_reduce_fn(config.strategy)
@@ -259,9 +260,9 @@ def run(config: TrainBenchConfig):
     result = TrainResult.from_times(config, control.size, str(hvd.grid()), params, len(grads), grad_bytes,
                                     gathered[:, 0], gathered[:, 1], bool((gathered[:, 2] == gathered[0, 2]).all()),
                                     gathered[:, 3].max(), gathered[:, 4])
-    from horovod_torus.tensorflow.runtime import backend
+    from horovod_torus.tensorflow.runtime import transport
 
-    host = host_facts(control, launcher="mpi" if mpi_launched() else "gloo", extra={"torus_backend": backend()})
+    host = host_facts(control, launcher="mpi" if LaunchContext.from_environ().mpi_world else "gloo", extra={"torus_transport": transport()})
     return result, host
 
 
@@ -281,8 +282,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup-steps", type=int, default=d.warmup_steps, help="untimed steps (2)")
     p.add_argument("--sync-iters", type=int, default=d.sync_iters, help="timed isolated gradient syncs (10)")
     p.add_argument("--grid", default=None, help="torus grid XxY")
-    p.add_argument("--torus-backend", default=None, choices=("auto", "horovod", "mpi"),
-                   help="data path of the torus strategy (default: HOROVOD_TORUS_BACKEND, else auto)")
+    p.add_argument("--torus-transport", "--torus-backend", dest="torus_transport", default=None,
+                   choices=("auto", "horovod", "mpi"),
+                   help="data path of the torus strategy (default: HOROVOD_TORUS_TRANSPORT, else auto; "
+                        "--torus-backend: deprecated alias)")
     p.add_argument("--bucket-bytes", type=int, default=None, metavar="B",
                    help="reduce in buckets of >= B bytes, reverse layer order (default: one reduction per step)")
     p.add_argument("--mixed-precision", default=d.mixed_precision, choices=PRECISIONS,
@@ -299,7 +302,7 @@ def main(argv=None) -> int:
         config = TrainBenchConfig(strategy=args.strategy, model=args.model, batch_size=args.batch_size, image_size=args.image_size,
                                   classes=args.classes, steps=args.steps, warmup_steps=args.warmup_steps,
                                   sync_iters=args.sync_iters, grid=args.grid,
-                                  torus_backend=args.torus_backend, bucket_bytes=args.bucket_bytes,
+                                  torus_transport=args.torus_transport, bucket_bytes=args.bucket_bytes,
                                   mixed_precision=args.mixed_precision)
     except (ValueError, ImportError) as e:
         print(f"horovod_torus.bench.train: error: {e}", file=sys.stderr)

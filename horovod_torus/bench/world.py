@@ -1,11 +1,9 @@
-"""Who launched us, the control collectives of the benchmarks (barrier, gather), and the host facts.
+"""The control collectives of the benchmarks (barrier, gather) and the host facts.
 
-Two launchers are supported:
-
-* ``mpirun -np N`` (or ``horovodrun --mpi``): MPI is available; Horovod, when used, runs on the MPI
-  controller and the ``mpi`` / ``mpi-torus`` strategies use mpi4py on ``MPI.COMM_WORLD``;
-* ``horovodrun --gloo -np N``: no MPI world (each process would be an MPI singleton), so only the
-  Horovod strategies run; barrier and gather go through Horovod ops.
+Which launcher started the job is :class:`horovod_torus.launch.LaunchContext`'s to say. Under an MPI
+launcher (``mpirun -np N``, ``horovodrun --mpi``) the ``mpi`` / ``mpi-torus`` strategies use mpi4py on
+``MPI.COMM_WORLD`` and :class:`MpiControl` runs the control collectives; under ``horovodrun --gloo`` (no
+MPI world) only the Horovod strategies run and :class:`HorovodControl` uses Horovod ops.
 """
 from __future__ import annotations
 
@@ -16,21 +14,7 @@ import socket
 
 import numpy as np
 
-__all__ = ["mpi_launched", "HorovodControl", "MpiControl", "host_facts"]
-
-_MPI_ENV = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS", "MV2_COMM_WORLD_SIZE")
-
-
-def mpi_launched(environ=None) -> bool:
-    """True under an MPI launcher, or for a plain single process (an MPI singleton is a valid world).
-
-    False under ``horovodrun --gloo`` (it exports HOROVOD_SIZE and no MPI variables): there each process
-    would be its own MPI world of size 1, so MPI collectives over "the world" would not be collective.
-    """
-    environ = os.environ if environ is None else environ
-    if any(k in environ for k in _MPI_ENV):
-        return True
-    return "HOROVOD_SIZE" not in environ
+__all__ = ["HorovodControl", "MpiControl", "host_facts"]
 
 
 class HorovodControl:

@@ -8,18 +8,22 @@ It all-reduces a list of dense tensors over **all** ranks and returns a list of 
 dtypes, equal to ``postscale_factor * op_k(prescale_factor * tensors_k)`` over the N ranks k (``op`` is
 ``horovod.tensorflow.Average`` or ``Sum``; Average divides exactly once by N). The optimizer and the tape
 call it ONCE per step with all the step's dense gradients, so a strategy is free to fuse them.
-The reference strategy ``"ring"`` (Horovod's flat ``grouped_allreduce``) defines correctness: any other
+The reference strategy ``"horovod"`` (Horovod's flat ``grouped_allreduce``) defines correctness: any other
 strategy must give the same values up to floating-point reassociation.
 
 Built-ins (always registered, loaded on first use, so this module imports neither TensorFlow nor Horovod):
 
 * ``"torus"``: the 2D torus of the process (``hvd.init``), on the transport chosen at init;
 * ``"torus:horovod"`` / ``"torus:mpi"``: the same torus on the Horovod-ops / the mpi4py transport;
-* ``"ring"``: Horovod's flat ``grouped_allreduce`` (the reference).
+* ``"horovod"``: Horovod's flat ``grouped_allreduce`` (the reference; under mpirun an ``MPI_Allreduce``
+  whose algorithm the MPI library picks, under Gloo a ring, on GPUs NCCL's ring or tree);
+* ``"ring"``: deprecated alias of ``"horovod"`` (the name it had; it still works, with a
+  DeprecationWarning).
 """
 from __future__ import annotations
 
 import inspect
+import warnings
 from typing import Callable
 
 __all__ = ["register_strategy", "unregister_strategy", "get_strategy", "available_strategies", "check_strategy",
@@ -38,8 +42,11 @@ _BUILTIN = {
     "torus": "horovod_torus.tensorflow.builtin_strategies:torus",
     "torus:horovod": "horovod_torus.tensorflow.builtin_strategies:torus_horovod",
     "torus:mpi": "horovod_torus.tensorflow.builtin_strategies:torus_mpi",
-    "ring": "horovod_torus.tensorflow.builtin_strategies:ring",
+    "horovod": "horovod_torus.tensorflow.builtin_strategies:horovod",
 }
+
+#: Deprecated names -> the built-in they stand for.
+ALIASES = {"ring": "horovod"}
 
 
 def _check_callable(fn, label: str) -> None:
@@ -68,7 +75,8 @@ def register_strategy(name: str, fn: Callable, *, overwrite: bool = False) -> Ca
             module docstring); checked here, when registered, to accept those six arguments by position
             and by keyword.
         overwrite: replace a user strategy already registered under ``name``. The built-ins
-            (``"ring"``, ``"torus"``, ``"torus:horovod"``, ``"torus:mpi"``) can never be replaced.
+            (``"horovod"``, ``"torus"``, ``"torus:horovod"``, ``"torus:mpi"``) and the alias ``"ring"``
+            can never be replaced.
 
     Returns:
         ``fn`` (so this can be used as a decorator through ``functools.partial``).
@@ -81,7 +89,7 @@ def register_strategy(name: str, fn: Callable, *, overwrite: bool = False) -> Ca
 
         from horovod_torus.strategies import register_strategy, get_strategy
         def sum_then_scale(tensors, op, name, compression, prescale_factor, postscale_factor):
-            return get_strategy("ring")(tensors, op, name, compression, prescale_factor, postscale_factor)
+            return get_strategy("horovod")(tensors, op, name, compression, prescale_factor, postscale_factor)
         register_strategy("mine", sum_then_scale)
         opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), strategy="mine")
     """
@@ -89,7 +97,7 @@ def register_strategy(name: str, fn: Callable, *, overwrite: bool = False) -> Ca
         raise TypeError(f"strategy name must be a str, got {name!r} ({type(name).__name__})")
     if not name or name != name.strip() or any(c.isspace() for c in name):
         raise ValueError(f"strategy name {name!r} must be non-empty and contain no whitespace")
-    if name in _BUILTIN:
+    if name in _BUILTIN or name in ALIASES:
         raise ValueError(f"strategy {name!r} is built in and cannot be replaced; register yours under "
                          f"another name")
     if name in _REGISTRY and not overwrite:
@@ -101,7 +109,7 @@ def register_strategy(name: str, fn: Callable, *, overwrite: bool = False) -> Ca
 
 def unregister_strategy(name: str) -> None:
     """Remove a user strategy. Raises ValueError for a built-in or an unknown name."""
-    if name in _BUILTIN:
+    if name in _BUILTIN or name in ALIASES:
         raise ValueError(f"strategy {name!r} is built in and cannot be removed")
     get_strategy(name)
     del _REGISTRY[name]
@@ -117,6 +125,10 @@ def get_strategy(name: str) -> Callable:
     """
     if not isinstance(name, str):
         raise TypeError(f"strategy name must be a str, got {name!r} ({type(name).__name__})")
+    if name in ALIASES:
+        warnings.warn(f"strategy {name!r} is deprecated: use {ALIASES[name]!r} (the same call)",
+                      DeprecationWarning, stacklevel=2)
+        name = ALIASES[name]
     if name in _BUILTIN:
         import importlib
 
@@ -134,14 +146,14 @@ def check_strategy(strategy) -> None:
     """Raise now (ValueError/TypeError) for an unknown name or a callable with wrong parameters, without
     resolving a built-in (the torus ones exist only after ``init``)."""
     if isinstance(strategy, str):
-        if strategy not in _BUILTIN:
+        if strategy not in _BUILTIN and strategy not in ALIASES:
             get_strategy(strategy)
     else:
         _check_callable(strategy, "argument")
 
 
 def available_strategies() -> tuple[str, ...]:
-    """Names of the registered strategies (built-ins included), sorted."""
+    """Names of the registered strategies (built-ins included, deprecated aliases not), sorted."""
     return tuple(sorted(set(_REGISTRY) | set(_BUILTIN)))
 
 

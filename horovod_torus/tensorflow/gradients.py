@@ -27,6 +27,7 @@ import tensorflow as tf
 
 from horovod_torus.scaling import scale
 from horovod_torus.strategies.registry import DEFAULT_STRATEGY, check_strategy, resolve_strategy
+from horovod_torus.tensorflow.ops import check_op
 from horovod_torus.tensorflow.reductions import check_process_set, reduce_sparse
 
 __all__ = ["GradientReducer", "ReductionOptions", "check_process_set", "normalize_groups"]
@@ -104,10 +105,8 @@ class ReductionOptions:
             if self.groups is not None:
                 raise ValueError(f"pass groups={self.groups!r} or bucket_bytes={self.bucket_bytes}, not both")
         check_strategy(self.strategy)  # an unknown name or a bad callable fails now, not at the first step
-        op = _hvd.Average if self.op is None else self.op
+        op = check_op(self.op, horovod_ops=True)
         object.__setattr__(self, "op", op)
-        if op == _hvd.Adasum:
-            raise ValueError("op=Adasum is not supported by horovod_torus: use op=hvd.Average or hvd.Sum")
         f = self.gradient_predivide_factor
         if not f or f <= 0:
             raise ValueError(f"gradient_predivide_factor={f!r} must be > 0")

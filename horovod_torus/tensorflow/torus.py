@@ -9,8 +9,9 @@ size below which one flat all-reduce replaces the three phases) and does, per ca
 3. fuse the tensors into one flat buffer per dtype (:func:`horovod_torus.fusion.plan_fusion`);
 4. per buffer, run the shipped algorithm :func:`horovod_torus.phases.allreduce_buffer` on the transport:
    the cross-rank signature check, pre-scale, the three phases, post-scale with 1/N for Average
-   (:mod:`horovod_torus.scaling`); below ``min_torus_bytes``, Horovod's own flat all-reduce instead
-   (exactly what the ``ring`` strategy calls, so small buffers never pay for three collectives);
+   (:mod:`horovod_torus.scaling`); below ``min_torus_bytes`` the same function's flat branch instead (one
+   all-reduce of the whole buffer on the same transport: ``hvd.allreduce`` on the Horovod transport,
+   ``MPI_Allreduce`` on the MPI one), so small buffers never pay for three collectives;
 5. split, restore shapes and dtypes, decompress.
 
 The gradient of the call is the same call on the upstream gradients (as Horovod's allreduce gradient),
@@ -26,7 +27,9 @@ from horovod_torus.phases import allreduce_buffer
 from horovod_torus.scaling import postscale as _postscale
 from horovod_torus.scaling import prescale as _prescale
 from horovod_torus.scaling import scale
+from horovod_torus.settings import TRANSPORTS
 from horovod_torus.signature import CallSignature
+from horovod_torus.tensorflow.ops import HOROVOD_OPS, check_op, horovod_allreduce, op_label
 from horovod_torus.tensorflow.transports import HorovodTransport, _in_tf1_graph, mpi_allreduce_op
 
 __all__ = ["TorusAllreduce", "SUPPORTED_DTYPES", "TRANSPORTS", "HOROVOD_OPS"]
@@ -39,30 +42,6 @@ SUPPORTED_DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64, tf.int8, tf
 #: Integer dtypes without Horovod reduce-scatter kernels: they travel (and are summed) as int32, wrap back
 #: to their own width like a sum in that width, then Average/postscale applies in their dtype.
 NARROW_INTEGERS = (tf.int8, tf.uint8, tf.int16, tf.uint16)
-
-#: Element-wise ops the torus strategies hand to Horovod's own all-reduce (the torus sums).
-HOROVOD_OPS = (_hvd.Min, _hvd.Max, _hvd.Product)
-
-#: The transports a TorusAllreduce can move data with.
-TRANSPORTS = ("horovod", "mpi")
-
-
-def _op_label(op) -> str:
-    names = {getattr(_hvd, n): n for n in ("Average", "Sum", "Max", "Min", "Product", "Adasum")}
-    return names.get(op, repr(op))
-
-
-def check_op(op):
-    """``op`` (None -> Average) if it is Average or Sum; else ValueError naming it and the fix."""
-    if op is None:
-        return Average
-    if op not in (Average, Sum):
-        label = _op_label(op)
-        hint = ("Adasum is not supported by horovod_torus" if label == "Adasum" else
-                f"use strategy='ring' (Horovod's own all-reduce) for op={label}")
-        raise ValueError(f"torus all-reduce supports op=Average or op=Sum, got op={label}: {hint}")
-    return op
-
 
 def check_tensors(tensors) -> list:
     """Dense tensors of supported dtypes, converted; TypeError naming the offending one otherwise."""
@@ -90,8 +69,8 @@ class TorusAllreduce:
     Attributes:
         grid: the TorusTopology. ``rank``: this rank. ``process_sets``: the TorusProcessSets.
         transport: ``"horovod"`` or ``"mpi"``: the default data path chosen at init.
-        min_torus_bytes: fused buffers smaller than this (bytes) go through Horovod's own flat
-            all-reduce (the ``ring`` strategy's call) instead of the three phases (0: always the torus).
+        min_torus_bytes: fused buffers smaller than this (bytes) take one flat all-reduce on the same
+            transport instead of the three phases (0: always the torus).
         torus_comm: the :class:`horovod_torus.mpi.TorusComm` (None when Horovod has no MPI controller).
     """
 
@@ -119,7 +98,7 @@ class TorusAllreduce:
         return "flat" if nbytes < self.min_torus_bytes else "torus"
 
     def calibrate(self, sizes=tuple(4096 * 4 ** k for k in range(7)), iters: int = 3) -> int:
-        """Measure the three phases against Horovod's flat all-reduce (the ``ring`` strategy's call) and set
+        """Measure the three phases against the flat all-reduce of the same transport and set
         :attr:`min_torus_bytes` to the smallest measured size from which the torus is never slower
         (``2**62``, i.e. always flat, when it loses at the largest size). Collective: every rank calls it;
         the medians summed over the ranks decide, so every rank sets the same value.
@@ -168,8 +147,9 @@ class TorusAllreduce:
         """A strategy callable (the registry's contract) bound to ``transport`` (None: the default).
 
         Average and Sum go through the torus; Min, Max and Product (:data:`HOROVOD_OPS`) go through
-        Horovod's own all-reduce (the ``ring`` strategy's call), so ``hvd.allreduce(x, op=hvd.Max)``
-        works as with Horovod. Calling the object itself (``hvd.torus_allreduce``) takes Average/Sum only."""
+        Horovod's own all-reduce (:func:`horovod_torus.tensorflow.ops.horovod_allreduce`, the ``horovod``
+        strategy), so ``hvd.allreduce(x, op=hvd.Max)`` works as with Horovod. Calling the object itself
+        (``hvd.torus_allreduce``) takes Average/Sum only."""
         if transport is not None and transport not in TRANSPORTS:
             raise ValueError(f"transport={transport!r}: choose one of {', '.join(TRANSPORTS)}")
         if transport == "mpi" and self.torus_comm is None:
@@ -178,9 +158,8 @@ class TorusAllreduce:
 
         def torus(tensors, op=Average, name=None, compression=Compression.none, prescale_factor=1.0,
                   postscale_factor=1.0):
-            if op in HOROVOD_OPS:  # the torus sums: other element-wise ops take the ring strategy's call
-                from horovod_torus.tensorflow.builtin_strategies import ring_allreduce
-                return ring_allreduce(tensors, op, name, compression, prescale_factor, postscale_factor)
+            if op in HOROVOD_OPS:  # the torus sums: other element-wise ops take Horovod's own call
+                return horovod_allreduce(tensors, op, name, compression, prescale_factor, postscale_factor)
             return self(tensors, op, name, compression, prescale_factor, postscale_factor, transport=transport)
         torus.__name__ = f"torus:{transport or self.transport}"
         return torus
@@ -253,15 +232,13 @@ class TorusAllreduce:
             narrow = [i for i in g.indices if own[i] in NARROW_INTEGERS]
             members = [compressed[i] for i in g.indices]
             algorithm = self.algorithm(g.total * members[0].dtype.size)
-            signature = CallSignature(elements=g.total, dtype=g.dtype, layout=layout, op=_op_label(op),
+            signature = CallSignature(elements=g.total, dtype=g.dtype, layout=layout, op=op_label(op),
                                       prescale=prescale, postscale=postscale,
                                       compression=getattr(compression, "__name__", type(compression).__name__),
                                       algorithm=algorithm, name=name or "")
             buf = _pack(members)
             inner_post = 1.0 if narrow else post  # narrow integers: wrap to their width first, then scale
-            if algorithm == "flat":
-                out = self._flat(buf, pre, inner_post, name)
-            elif transport == "mpi":
+            if transport == "mpi":
                 out = mpi_allreduce_op(self.torus_comm, buf, signature, pre, inner_post)
             else:
                 out = allreduce_buffer(self._horovod, buf, signature, pre, inner_post)
@@ -272,17 +249,6 @@ class TorusAllreduce:
                     r = scale(r, post)
                 results[i] = compression.decompress(r, ctxs[i])
         return results
-
-    def _flat(self, buf, prescale: float, postscale: float, name):
-        """Below :attr:`min_torus_bytes`: Horovod's own all-reduce of the whole buffer over all ranks (the
-        call the ``ring`` strategy makes, on whatever controller Horovod runs), with Horovod's scaling
-        attributes. Horovod checks what must match (dtype, shape, op, scale factors: a
-        ``FailedPreconditionError`` naming the mismatch) and matches calls by name (a skipped call ends in
-        Horovod's stall shutdown), so no signature exchange is added to the latency-bound path."""
-        if self.grid.size == 1:
-            return scale(scale(buf, prescale), postscale)
-        return _hvd.allreduce(buf, op=Sum, prescale_factor=prescale, postscale_factor=postscale,
-                              name=name and f"{name}_flat")
 
     def free(self) -> None:
         """Free the MPI communicators (called by ``shutdown``)."""

@@ -4,9 +4,9 @@
   row and column process sets registered at init (``hvd.reducescatter``, or under Horovod's Gloo
   controller ``hvd.alltoall`` + a local sum; ``hvd.allreduce``; ``hvd.allgather``): every Horovod backend
   (MPI and Gloo on CPU, NCCL on GPU), eager and in ``tf.function``. The signature words are all-gathered
-  on the global set first and compared; phase 1
-  waits for that comparison, so no data moves before the ranks agree, and no two process sets of one
-  call ever have operations in flight at once.
+  on the global set first and compared; phase 1 (or the flat all-reduce, Horovod's own call on the
+  global set) waits for that comparison, so no data moves before the ranks agree, and no two process
+  sets of one call ever have operations in flight at once.
 * :func:`mpi_allreduce_op` runs :func:`horovod_torus.phases.allreduce_buffer` on a
   :class:`horovod_torus.mpi.TorusComm` inside ONE stateful ``tf.numpy_function`` (CPU tensors under
   Horovod's MPI controller): no Horovod negotiation on the data path. Being stateful, the calls run in
@@ -27,6 +27,7 @@ import tensorflow as tf
 from horovod_torus.fusion import shard_counts
 from horovod_torus.phases import allreduce_buffer
 from horovod_torus.signature import FIELDS, CallSignature, TorusMismatchError, compare
+from horovod_torus.tensorflow.ops import horovod_allreduce
 
 __all__ = ["HorovodTransport", "mpi_allreduce_op", "as_tf_error", "TorusMismatchTFError"]
 
@@ -131,7 +132,7 @@ class HorovodTransport:
 
     def allreduce_flat(self, buf, op):
         _sum_only(op)
-        return _hvd.allreduce(buf, op=_hvd.Sum, name=self._op_name("flat"))
+        return horovod_allreduce([buf], _hvd.Sum, self._op_name("flat"))[0]
 
     def gate(self, buf, token):
         if token is None or tf.executing_eagerly():

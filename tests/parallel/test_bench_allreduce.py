@@ -6,7 +6,7 @@ says why). Timings are recorded but never asserted.
 import json
 
 from horovod_torus.bench.__main__ import main
-from horovod_torus.bench.world import mpi_launched
+from horovod_torus.launch import LaunchContext
 
 
 def test_short_sweep_every_strategy_correct(hvd, world, tmp_path):
@@ -22,7 +22,8 @@ def test_short_sweep_every_strategy_correct(hvd, world, tmp_path):
         return
     doc = json.loads(path.read_text())
     # the MPI baselines run first (in the CLI: before Horovod starts)
-    expected = ["mpi-torus", "mpi", "torus", "ring"] if mpi_launched() else ["torus", "ring"]
+    expected = (["mpi-torus", "mpi", "torus", "ring"] if LaunchContext.from_environ().mpi_world
+                else ["torus", "ring"])
     assert doc["world_size"] == size and doc["grid"] == str(hvd.grid())
     assert [r["strategy"] for r in doc["rows"]] == [s for s in expected for _ in range(3)]
     assert [r["size_bytes"] for r in doc["rows"][:3]] == [4, 256, 16384]
@@ -35,7 +36,7 @@ def test_short_sweep_every_strategy_correct(hvd, world, tmp_path):
         assert abs(r["algbw_gbps"] - r["size_bytes"] / r["time_us"]["avg"] / 1e3) < 1e-9
         assert abs(r["busbw_gbps"] - r["algbw_gbps"] * 2 * (size - 1) / size) < 1e-9
     assert doc["host"]["nodes"] == 1 and sum(doc["host"]["ranks_per_host"].values()) == size
-    if not mpi_launched():
+    if not LaunchContext.from_environ().mpi_world:
         assert set(doc["skipped"]) == {"mpi-torus", "mpi"}
     f64 = json.loads((tmp_path / "f64.json").read_text())
     # 3 B is below one float64 element, so the sweep starts at 30 B = 3 elements (sizes not multiples of X)

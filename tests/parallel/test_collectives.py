@@ -190,12 +190,14 @@ def test_sparse_rules_checked_before_any_collective(hvd):
             hvd.grouped_allreduce([slices, tf.ones([3])], op=op)
 
 
-def test_backend_follows_the_launcher(hvd):
-    """mpirun (MPI controller, CPU) -> "mpi" backend by default; Gloo -> Horovod ops; env overrides."""
+def test_transport_follows_the_launcher(hvd):
+    """mpirun (MPI controller, CPU) -> "mpi" transport by default; Gloo -> Horovod ops; env overrides."""
     import os
 
-    expected = os.environ.get("HOROVOD_TORUS_BACKEND") or ("mpi" if flat_hvd.mpi_enabled() else "horovod")
-    assert hvd.backend() == expected
+    expected = os.environ.get("HOROVOD_TORUS_TRANSPORT") or ("mpi" if flat_hvd.mpi_enabled() else "horovod")
+    assert hvd.transport() == expected == hvd.settings().transport.replace("auto", expected)
+    with pytest.warns(DeprecationWarning, match="use transport"):
+        assert hvd.backend() == expected
 
 
 @pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "int32", "int64"])

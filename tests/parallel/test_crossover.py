@@ -1,5 +1,6 @@
-"""Below min_torus_bytes the torus hands the fused buffer to Horovod's own all-reduce (the ring strategy's
-call); at and above it the three phases run. Both give the numpy sum, and the ring's exact values."""
+"""Below min_torus_bytes the torus runs one flat all-reduce of the fused buffer on its transport (Horovod's
+own call, or MPI_Allreduce on the MPI transport); at and above it the three phases run. Both give the
+numpy sum, and Horovod's exact values."""
 import contextlib
 
 import numpy as np
@@ -63,7 +64,8 @@ def test_flat_path_has_a_gradient(hvd, world):
 
 
 def test_flat_path_mismatch_raises_horovods_error_on_every_rank(hvd, world):
-    """Horovod's own checks cover the flat path: different prescale factors raise FailedPreconditionError."""
+    """The signature check covers the flat path too: different prescale factors raise
+    FailedPreconditionError (Horovod's type for mismatched collectives) on every rank."""
     size, rank = world
     with crossover(hvd, 1 << 20):
         for s in strategies(hvd):

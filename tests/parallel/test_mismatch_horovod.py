@@ -1,4 +1,4 @@
-"""The Horovod backend all-gathers a CRC-32 of each call's (dtype, shape) list: shapes that differ across
+"""The Horovod transport all-gathers a CRC-32 of each call's (dtype, shape) list: shapes that differ across
 ranks with the same element count (which fusing into one flat buffer would otherwise hide) and dtypes that
 differ raise on every rank, and Horovod stays usable. (Different element counts: test_mismatch.py.)"""
 import numpy as np
@@ -7,7 +7,7 @@ import tensorflow as tf
 
 
 def _raises_everywhere(hvd, fn, graph=False):
-    assert hvd.backend() == "horovod"
+    assert hvd.transport() == "horovod"
     with pytest.raises(tf.errors.InvalidArgumentError if graph else tf.errors.FailedPreconditionError,
                        match="ranks disagree on"):
         fn()

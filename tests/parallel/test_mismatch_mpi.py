@@ -1,6 +1,6 @@
-"""The "mpi" backend and the numpy API (horovod_torus.mpi.torus_allreduce) compare the layout across ranks
+"""The "mpi" transport and the numpy API (horovod_torus.mpi.torus_allreduce) compare the layout across ranks
 before any data moves: a mismatch raises on every rank (no hang), and Horovod/MPI stay usable afterwards.
-(The Horovod backend all-gathers a checksum of the shapes: tests/parallel/test_mismatch_horovod.py.)"""
+(The Horovod transport all-gathers a checksum of the shapes: tests/parallel/test_mismatch_horovod.py.)"""
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -12,7 +12,7 @@ def hvd_mismatch():
 
 
 def _raises_everywhere(hvd, fn, graph=False):
-    assert hvd.backend() == "mpi"
+    assert hvd.transport() == "mpi"
     with pytest.raises(tf.errors.InvalidArgumentError if graph else tf.errors.FailedPreconditionError,
                        match="ranks disagree on"):
         fn()

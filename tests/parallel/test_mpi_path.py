@@ -110,21 +110,23 @@ def test_column_algorithm_follows_the_setting():
     are all on different nodes (never on this one-host launch)."""
     import os
 
-    from horovod_torus.mpi import COLUMN_RING_ENV
-
-    setting = os.environ.get(COLUMN_RING_ENV, "auto")
+    setting = os.environ.get("HOROVOD_TORUS_COLUMN_RING", "auto")
     with TorusComm.create(COMM) as tc:
         assert tc.column_ring == {"1": True, "0": False, "auto": False}[setting]
 
 
 def test_column_ring_setting_must_agree_and_be_valid(monkeypatch):
-    from horovod_torus.mpi import COLUMN_RING_ENV
-
     rank = COMM.Get_rank()
-    monkeypatch.setenv(COLUMN_RING_ENV, "1" if rank == 0 else "0")
-    with pytest.raises(ValueError, match=r"HOROVOD_TORUS_COLUMN_RING must be one of auto, 1, 0 and the same"):
+    monkeypatch.setenv("HOROVOD_TORUS_COLUMN_RING", "1" if rank == 0 else "0")
+    with pytest.raises(ValueError, match=r"column_ring: rank 0 '1', rank 1 '0'"):
         TorusComm.create(COMM)
-    monkeypatch.setenv(COLUMN_RING_ENV, "sometimes")
-    with pytest.raises(ValueError, match=r"rank 0 'sometimes'"):
+    monkeypatch.setenv("HOROVOD_TORUS_COLUMN_RING", "sometimes")
+    with pytest.raises(ValueError, match=r"HOROVOD_TORUS_COLUMN_RING='sometimes' must be one of auto, 1, 0"):
+        TorusComm.create(COMM)
+    if rank == 1:  # a bad value on one rank only: every rank raises, none waits
+        monkeypatch.setenv("HOROVOD_TORUS_COLUMN_RING", "maybe")
+    else:
+        monkeypatch.setenv("HOROVOD_TORUS_COLUMN_RING", "auto")
+    with pytest.raises(ValueError, match=r"error: .*rank 1 \"ValueError: HOROVOD_TORUS_COLUMN_RING='maybe'"):
         TorusComm.create(COMM)
     COMM.Barrier()  # every rank raised before any torus communicator was made

@@ -2,7 +2,7 @@
 import pytest
 
 from horovod_torus.bench.__main__ import build_parser, config_from_args, main
-from horovod_torus.bench.world import mpi_launched
+from horovod_torus.launch import LaunchContext
 
 
 def parse(*argv):
@@ -34,9 +34,9 @@ def test_bad_flags_fail_before_any_collective(argv, message, capsys):
 
 
 def test_gloo_launch_skips_mpi_strategies(monkeypatch, capsys):
-    assert mpi_launched({"OMPI_COMM_WORLD_SIZE": "4", "HOROVOD_SIZE": "4"})
-    assert mpi_launched({})  # a plain process is an MPI singleton
-    assert not mpi_launched({"HOROVOD_SIZE": "4", "HOROVOD_RANK": "0"})
+    assert LaunchContext.from_environ({"OMPI_COMM_WORLD_SIZE": "4", "HOROVOD_SIZE": "4"}).mpi_world
+    assert LaunchContext.from_environ({}).mpi_world  # a plain process is an MPI singleton
+    assert not LaunchContext.from_environ({"HOROVOD_SIZE": "4", "HOROVOD_RANK": "0"}).mpi_world
     monkeypatch.setenv("HOROVOD_SIZE", "4")
     for k in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS", "MV2_COMM_WORLD_SIZE"):
         monkeypatch.delenv(k, raising=False)

@@ -2,16 +2,18 @@
 import pytest
 
 from horovod_torus import strategies as S
-from horovod_torus.tensorflow.builtin_strategies import ring_allreduce
+from horovod_torus.tensorflow.ops import horovod_allreduce
 
 
 def good(tensors, op, name, compression, prescale_factor, postscale_factor):
     return list(tensors)
 
 
-def test_builtins_are_ring_and_the_torus_transports():
-    assert S.available_strategies() == ("ring", "torus", "torus:horovod", "torus:mpi")
-    assert S.get_strategy("ring") is ring_allreduce
+def test_builtins_are_horovod_and_the_torus_transports():
+    assert S.available_strategies() == ("horovod", "torus", "torus:horovod", "torus:mpi")
+    assert S.get_strategy("horovod") is horovod_allreduce
+    with pytest.warns(DeprecationWarning, match="strategy 'ring' is deprecated: use 'horovod'"):
+        assert S.get_strategy("ring") is horovod_allreduce
     assert S.DEFAULT_STRATEGY == "torus"
     with pytest.raises(RuntimeError, match="call horovod_torus.tensorflow.init"):
         S.get_strategy("torus")   # bound to the process's torus, which init() makes
@@ -43,7 +45,7 @@ def test_register_get_overwrite_unregister():
 
 
 def test_unknown_name_lists_the_registered_ones():
-    with pytest.raises(ValueError, match=r"unknown all-reduce strategy 'tours'.*'ring', 'torus'"):
+    with pytest.raises(ValueError, match=r"unknown all-reduce strategy 'tours'.*'horovod', 'torus'"):
         S.get_strategy("tours")
 
 
@@ -69,7 +71,7 @@ def test_bad_names(name, exc, match):
 
 
 def test_resolve_accepts_names_and_checked_callables():
-    assert S.resolve_strategy("ring") is ring_allreduce
+    assert S.resolve_strategy("horovod") is horovod_allreduce
     assert S.resolve_strategy(good) is good
     with pytest.raises(TypeError, match="cannot be called as"):
         S.resolve_strategy(lambda x: x)

@@ -1,6 +1,6 @@
 import pytest
 
-from horovod_torus.process_sets import TorusProcessSets, grid_from_env, world_from_launcher
+from horovod_torus.process_sets import TorusProcessSets
 from horovod_torus.topology import TorusTopology, parse_grid
 
 
@@ -77,18 +77,6 @@ def test_check_size_names_both_numbers():
 def test_rank_out_of_range():
     with pytest.raises(ValueError, match="rank 4 is outside"):
         TorusTopology(2, 2).coords(4)
-
-
-def test_grid_from_env():
-    assert grid_from_env({}) is None
-    assert grid_from_env({"HOROVOD_TORUS_GRID": "2x3"}) == TorusTopology(2, 3)
-    with pytest.raises(ValueError, match="HOROVOD_TORUS_GRID='2x'"):
-        grid_from_env({"HOROVOD_TORUS_GRID": "2x"})
-
-
-def test_world_from_gloo_env():
-    env = {"HOROVOD_SIZE": "6", "HOROVOD_LOCAL_SIZE": "3", "HOROVOD_RANK": "4"}
-    assert world_from_launcher(environ=env) == (6, 3, 4)
 
 
 class _FakeSet:

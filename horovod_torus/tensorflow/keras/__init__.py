@@ -20,7 +20,9 @@ from horovod_torus.tensorflow.collectives import grouped_torus_allreduce, torus_
 from horovod_torus.tensorflow.keras.optimizer import (  # noqa: F401
     DistributedOptimizer, is_distributed_optimizer,
 )
-from horovod_torus.tensorflow.runtime import backend, grid, init, shutdown, torus, torus_process_sets  # noqa: F401
+from horovod_torus.tensorflow.runtime import (  # noqa: F401
+    backend, grid, init, settings, shutdown, torus, torus_process_sets, transport,
+)
 from horovod_torus.tensorflow.torus import TorusAllreduce  # noqa: F401
 from horovod_torus.tensorflow.keras import callbacks  # noqa: F401,E402
 from horovod_torus.tensorflow.keras.saving import load_model  # noqa: F401,E402

@@ -1,0 +1,171 @@
+"""``TorusSettings``: every setting of the torus, resolved once, agreed across ranks, passed explicitly.
+
+Each setting comes from, in this order: the argument (``init(...)``, ``TorusComm.create(...)``), else its
+environment variable, else its default. :meth:`TorusSettings.resolve` is the only place of the package
+that reads these variables; no module writes one for another to read (``init`` still exports Horovod's
+own stall variables, which Horovod reads only from the environment). The configuration reference
+(``docs/configuration.md``) lists every argument and variable.
+
+=====================  ================================  ==========================================
+setting                environment variable              default
+=====================  ================================  ==========================================
+``grid``               ``HOROVOD_TORUS_GRID`` (``XxY``)  a node's ranks in one row, else most square
+``transport``          ``HOROVOD_TORUS_TRANSPORT``       ``auto``
+                       (``HOROVOD_TORUS_BACKEND``:
+                       deprecated alias)
+``min_torus_bytes``    ``HOROVOD_TORUS_MIN_BYTES``       ``0`` (always the torus)
+``column_ring``        ``HOROVOD_TORUS_COLUMN_RING``     ``auto``
+``stall_seconds``      ``HOROVOD_STALL_SHUTDOWN_TIME_    300 s (0: never)
+                       SECONDS`` (Horovod's own)
+=====================  ================================  ==========================================
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from horovod_torus.topology import TorusTopology
+
+__all__ = ["TorusSettings", "TRANSPORTS", "TRANSPORT_CHOICES", "ENVIRONMENT", "DEFAULT_STALL_SECONDS"]
+
+#: The transports a torus can move data with (``"auto"`` resolves to one of them at ``init``).
+TRANSPORTS = ("horovod", "mpi")
+TRANSPORT_CHOICES = ("auto",) + TRANSPORTS
+
+#: Seconds a collective may wait for the other ranks before the job is stopped (Horovod's stall shutdown,
+#: the MPI transport's deadline).
+DEFAULT_STALL_SECONDS = 300.0
+
+#: setting -> the environment variables read for it, the first set one wins.
+ENVIRONMENT = {
+    "grid": ("HOROVOD_TORUS_GRID",),
+    "transport": ("HOROVOD_TORUS_TRANSPORT", "HOROVOD_TORUS_BACKEND"),
+    "min_torus_bytes": ("HOROVOD_TORUS_MIN_BYTES",),
+    "column_ring": ("HOROVOD_TORUS_COLUMN_RING",),
+    "stall_seconds": ("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS",),
+}
+
+_COLUMN_RING = {"auto": None, "1": True, "0": False, True: True, False: False, None: None}
+
+
+@dataclasses.dataclass(frozen=True)
+class TorusSettings:
+    """The torus settings of one job (a frozen value; equal on every rank after ``agree``).
+
+    Attributes:
+        grid: the X x Y TorusTopology (X*Y = world size).
+        transport: ``"auto"``, ``"horovod"`` (Horovod ops on the row/column process sets) or ``"mpi"``
+            (mpi4py row/column communicators); ``auto`` is resolved at ``init`` (needs Horovod).
+        min_torus_bytes: fused buffers below this many bytes take the flat all-reduce; ``"auto"``:
+            measured at ``init``; 0: always the three phases.
+        column_ring: phase 2 on the MPI transport as a Sendrecv ring (True), always ``MPI_Allreduce``
+            (False), or a ring when the column's ranks are all on different nodes (None, ``auto``).
+        stall_seconds: seconds a collective may wait for the other ranks before the job stops (None:
+            forever).
+    """
+
+    grid: TorusTopology
+    transport: str = "auto"
+    min_torus_bytes: int | str = 0
+    column_ring: bool | None = None
+    stall_seconds: float | None = DEFAULT_STALL_SECONDS
+
+    @classmethod
+    def resolve(cls, *, size: int, local_size: int | None = None, grid=None, transport=None,
+                min_torus_bytes=None, column_ring=None, stall_seconds=None, environ=None) -> "TorusSettings":
+        """The settings of a world of ``size`` ranks (``local_size`` per node): each argument, else its
+        variable (:data:`ENVIRONMENT`), else its default. Local: no communication.
+
+        Args:
+            grid: a TorusTopology, ``"XxY"`` or None.
+            transport: one of :data:`TRANSPORT_CHOICES` or None.
+            min_torus_bytes: an int >= 0 (bytes), ``"auto"`` or None.
+            column_ring: True, False, ``"auto"`` or None (the variable takes ``auto``, ``1``, ``0``).
+            stall_seconds: seconds > 0, 0 (never), or None.
+            environ: the environment (``os.environ``).
+
+        Raises:
+            ValueError: a malformed value, naming the argument or variable it came from and the fix; a
+                grid whose X*Y is not ``size``.
+            TypeError: a grid that is neither a TorusTopology, a string nor None.
+        """
+        environ = os.environ if environ is None else environ
+        source, value = _pick("grid", grid, environ)
+        the_grid = _grid(source, value) or TorusTopology.from_world(size, local_size)
+        try:
+            the_grid.check_size(size)
+        except ValueError as exc:
+            raise ValueError(f"{source}={value!r}: {exc}" if value is not None else str(exc)) from None
+        return cls(grid=the_grid, transport=_transport(*_pick("transport", transport, environ)),
+                   min_torus_bytes=_min_bytes(*_pick("min_torus_bytes", min_torus_bytes, environ)),
+                   column_ring=_column_ring(*_pick("column_ring", column_ring, environ)),
+                   stall_seconds=_stall(*_pick("stall_seconds", stall_seconds, environ)))
+
+    def agreement(self) -> dict:
+        """The JSON-able dict the ranks compare (:func:`horovod_torus.agreement.agree`)."""
+        return {"grid": str(self.grid), "transport": self.transport, "min_torus_bytes": self.min_torus_bytes,
+                "column_ring": {None: "auto", True: "1", False: "0"}[self.column_ring],
+                "stall_seconds": self.stall_seconds}
+
+
+def _pick(setting: str, argument, environ):
+    """(source, value): the argument when given, else the first set variable, else (setting, None)."""
+    if argument is not None:
+        return setting, argument
+    for name in ENVIRONMENT[setting]:
+        text = str(environ.get(name, "")).strip()
+        if text:
+            return name, text
+    return setting, None
+
+
+def _grid(source, value):
+    if value is None or isinstance(value, TorusTopology):
+        return value
+    if isinstance(value, str):
+        try:
+            return TorusTopology.parse(value)
+        except ValueError as exc:
+            raise ValueError(f"{source}={value!r}: {exc}") from None
+    raise TypeError(f"grid={value!r} must be a TorusTopology, an 'XxY' string or None (pass the communicator "
+                    f"as comm=, the first positional parameter, as in horovod.tensorflow.init)")
+
+
+def _transport(source, value):
+    value = "auto" if value is None else value
+    if value not in TRANSPORT_CHOICES:
+        raise ValueError(f"{source}={value!r} is not a torus transport: choose one of "
+                         f"{', '.join(TRANSPORT_CHOICES)}")
+    return value
+
+
+def _min_bytes(source, value):
+    if value is None or value == "auto":
+        return 0 if value is None else value
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        number = -1
+    if number < 0 or isinstance(value, (bool, float)):
+        raise ValueError(f"{source}={value!r} must be 'auto' or an integer number of bytes >= 0 (0: always "
+                         f"the torus)")
+    return number
+
+
+def _column_ring(source, value):
+    key = value.strip().lower() if isinstance(value, str) else value
+    if key not in _COLUMN_RING:
+        raise ValueError(f"{source}={value!r} must be one of auto, 1, 0 (or True/False/None as an argument)")
+    return _COLUMN_RING[key]
+
+
+def _stall(source, value):
+    if value is None:
+        return DEFAULT_STALL_SECONDS
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = -1.0
+    if seconds < 0 or isinstance(value, bool):
+        raise ValueError(f"{source}={value!r} must be a number of seconds >= 0 (0: wait forever)")
+    return seconds or None

@@ -25,8 +25,8 @@ import gzip
 import os
 
 import numpy as np
+import horovod_torus.tensorflow.keras as hvd  # before TensorFlow: oneDNN on by default (horovod_torus.tf_defaults)
 import tensorflow as tf
-import horovod_torus.tensorflow.keras as hvd
 
 DATA_DIR = "/usr/share/datasets/fashion-mnist"
 

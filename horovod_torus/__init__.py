@@ -3,4 +3,8 @@
 Subpackages: ``horovod_torus.tensorflow`` (drop-in for ``horovod.tensorflow``), ``horovod_torus.mpi``
 (mpi4py/numpy path), ``horovod_torus.topology`` (the grid), ``horovod_torus.costmodel`` (alpha-beta model).
 """
+from horovod_torus import tf_defaults as _tf_defaults
+
 __version__ = "0.1.0"
+
+_tf_defaults.apply()  # TensorFlow's oneDNN kernels on x86 unless the user chose (see tf_defaults)

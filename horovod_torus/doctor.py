@@ -6,8 +6,11 @@
 
 Every rank reports its host, rank, local rank, the GPU it pinned (horovod_torus.devices: GPU = local
 rank), Horovod's built controllers (MPI, Gloo) and GPU operations (NCCL, ...), the controller in use, the
-MPI thread level, the torus grid and transport (``hvd.transport()``), then all ranks run one 1 MB float32
-all-reduce (Sum) through the torus and through Horovod's ring (``strategy="ring"``); each rank checks both
+MPI thread level, the torus grid and transport (``hvd.transport()``), the CPU model, whether TensorFlow's
+oneDNN kernels are on (:mod:`horovod_torus.tf_defaults`), TensorFlow's thread pools and the images/s of
+one ResNet-50 training step (Keras' ResNet50, 32x32x3, 10 classes, batch ``--step-batch``, the second step
+timed; concurrent on every rank, so it shows what a rank gets on a shared node), then all ranks run one 1 MB float32
+all-reduce (Sum) through the torus and through Horovod's own (``strategy="horovod"``); each rank checks both
 against the exact sum it computes itself (inputs are small integers: exact in float32). Rank 0 prints one
 line per rank, in rank order, ending in ``OK`` or ``FAIL: why``, and a summary line; every rank exits with
 status 1 when any rank failed (0 otherwise), so the launcher's exit status is the verdict.
@@ -16,13 +19,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import socket
 import sys
+import time
 
 import numpy as np
 
-from horovod_torus import __version__
+from horovod_torus import __version__, tf_defaults
+from horovod_torus.bench.world import cpu_model
 
 __all__ = ["RankReport", "check_allreduce", "main"]
 
@@ -42,12 +46,18 @@ class RankReport:
     grid: str
     transport: str
     problems: list
+    cpu: str = "?"
+    onednn: str = "?"
+    threads: str = "?"
+    step_images_per_s: float | None = None
 
     def line(self) -> str:
         verdict = "OK" if not self.problems else "FAIL: " + "; ".join(self.problems)
+        step = "skipped" if self.step_images_per_s is None else f"{self.step_images_per_s:.1f} images/s"
         return (f"rank {self.rank}/{self.size} host {self.host} local {self.local_rank}/{self.local_size} "
                 f"gpu {self.gpu} | built {self.built} | controller {self.controller}, MPI threads "
-                f"{self.mpi_threads} | grid {self.grid}, transport {self.transport} | {verdict}")
+                f"{self.mpi_threads} | grid {self.grid}, transport {self.transport} | cpu {self.cpu}, oneDNN "
+                f"{self.onednn}, TF threads {self.threads}, ResNet-50 step {step} | {verdict}")
 
 
 def doctor_input(rank: int, count: int) -> np.ndarray:
@@ -88,10 +98,36 @@ def _built() -> tuple[str, str, str]:
     return built, controller, threads
 
 
-def run(grid: str | None, nbytes: int) -> tuple[RankReport, list[RankReport]]:
+def resnet50_step_images_per_s(batch: int) -> float:
+    """images/s of one ResNet-50 training step on this rank (Keras' ResNet50, 32x32x3, 10 classes, SGD,
+    random data; the first step builds and compiles, the second is timed)."""
+    import keras
+
+    model = keras.applications.ResNet50(weights=None, input_shape=(32, 32, 3), classes=10)
+    model.compile(optimizer=keras.optimizers.SGD(0.01), loss="sparse_categorical_crossentropy")
+    rng = np.random.default_rng(0)
+    x = rng.random((batch, 32, 32, 3), dtype=np.float32)
+    y = rng.integers(0, 10, batch)
+    model.train_on_batch(x, y)
+    start = time.perf_counter()
+    model.train_on_batch(x, y)
+    return batch / (time.perf_counter() - start)
+
+
+def _threads() -> str:
+    import tensorflow as tf
+
+    intra = tf.config.threading.get_intra_op_parallelism_threads()
+    inter = tf.config.threading.get_inter_op_parallelism_threads()
+    return f"intra {intra or 'default'}/inter {inter or 'default'}"
+
+
+def run(grid: str | None, nbytes: int, step_batch: int = 8) -> tuple[RankReport, list[RankReport]]:
     """Collect this rank's report and run the all-reduce check (collective). Returns (mine, all ranks')
     on rank 0, (mine, []) elsewhere."""
     import tensorflow as tf
+
+    tf_defaults.warn_if_onednn_off()  # a RuntimeWarning on every rank; the report line says on/off
 
     import horovod.tensorflow as _hvd
     import horovod_torus.tensorflow as hvd
@@ -105,11 +141,15 @@ def run(grid: str | None, nbytes: int) -> tuple[RankReport, list[RankReport]]:
         gpu, problems = "?", [str(err)]
     built, controller, threads = _built()
     report = RankReport(hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), socket.gethostname(), gpu,
-                        built, controller, threads, str(hvd.grid()), hvd.transport(), problems)
+                        built, controller, threads, str(hvd.grid()), hvd.transport(), problems, cpu=cpu_model(),
+                        onednn={True: "on", False: "off", None: "?"}[tf_defaults.onednn_enabled()],
+                        threads=_threads())
+    if step_batch:
+        report.step_images_per_s = resnet50_step_images_per_s(step_batch)
     count = max(1, nbytes // 4)
     x = tf.constant(doctor_input(hvd.rank(), count))
     expected = exact_sum(hvd.size(), count)
-    for strategy in ("torus", "ring"):
+    for strategy in ("torus", "horovod"):
         try:
             out = hvd.allreduce(x, op=hvd.Sum, strategy=strategy, name=f"doctor_{strategy}")
             report.problems += check_allreduce(out.numpy(), expected, strategy)
@@ -122,10 +162,13 @@ def run(grid: str | None, nbytes: int) -> tuple[RankReport, list[RankReport]]:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m horovod_torus.doctor",
                                 description="Check a cluster set-up: devices, Horovod build, grid, transport, "
-                                            "and one torus all-reduce against the ring. Run under mpirun or "
-                                            "horovodrun with the job's rank layout.")
+                                            "CPU and oneDNN, one ResNet-50 step, and one torus all-reduce "
+                                            "against Horovod's own. Run under mpirun or horovodrun with the "
+                                            "job's rank layout.")
     p.add_argument("--grid", default=None, help="torus grid XxY (default: HOROVOD_TORUS_GRID, else a node per row)")
     p.add_argument("--bytes", type=int, default=1 << 20, help="all-reduce size in bytes (1 MiB)")
+    p.add_argument("--step-batch", type=int, default=8,
+                   help="batch of the timed ResNet-50 step (images; 0: skip the step)")
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     return p
 
@@ -135,9 +178,12 @@ def main(argv=None) -> int:
     if args.bytes < 4:
         print(f"horovod_torus.doctor: error: --bytes {args.bytes} must be >= 4", file=sys.stderr)
         return 2
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if args.step_batch < 0:
+        print(f"horovod_torus.doctor: error: --step-batch {args.step_batch} must be >= 0", file=sys.stderr)
+        return 2
+    tf_defaults.quiet_logs()
     try:
-        mine, everyone = run(args.grid, args.bytes)
+        mine, everyone = run(args.grid, args.bytes, args.step_batch)
     except ValueError as err:      # a grid that does not fit: raised on every rank before any collective
         print(f"horovod_torus.doctor: error: {err}", file=sys.stderr)
         return 2
@@ -147,7 +193,7 @@ def main(argv=None) -> int:
             print(f"doctor: {r.line()}", flush=True)
         print(f"doctor: {len(everyone) - len(failed)} of {len(everyone)} ranks OK, grid {mine.grid}, transport "
               f"{mine.transport}, {args.bytes} B torus all-reduce {'matches' if not failed else 'CHECK FAILED vs'} "
-              f"the ring and the exact sum", flush=True)
+              f"Horovod's own and the exact sum", flush=True)
     import horovod.tensorflow as _hvd
     any_failed = int(_hvd.allreduce(np.array([len(failed) if mine.rank == 0 else 0], np.int32),
                                     op=_hvd.Sum, name="doctor_verdict").numpy()[0]) or len(mine.problems)

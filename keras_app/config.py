@@ -129,28 +129,8 @@ class AppConfig:
 
 # Preset recipes. Only the fields that differ from the defaults are listed.
 PRESETS: dict[str, dict[str, dict]] = {
-    # The `make demo` recipe: 4 ranks on a 2x2 torus, 2 CPU cores, target <= 20 min and >= 0.85 val top-1
-    # (README section "app"). How it was found (2 cores shared with other jobs, load 4-14: noisy):
-    # - throughput, 1 process, 2 threads, 32x32, batch 64: fp32 201 images/s; mixed_bfloat16 200 (no gain
-    #   on this AVX512_BF16 CPU); jit_compile (XLA) 30; batch 128: 200; 1 thread: 100. So fp32, no XLA,
-    #   and 4 ranks x 1 intra/inter-op thread (2 threads per rank would oversubscribe the 2 cores 4x).
-    # - 1 process, batch 256, BN momentum 0.9, flip, smoothing 0.1: SGD-nesterov warmed up to 0.2 over
-    #   100 steps diverged (after 78 steps train top-1 0.39, val 0.10, val loss 4e6); Adam 1e-3 (50
-    #   warm-up steps, cosine over one epoch): val top-1 0.7145 / 0.8055 / 0.8142 after 1/3, 2/3, 1 epoch.
-    # - 4 ranks, torus 2x2, SGD 0.1/256 warm-up 0.5 epoch, 15,360 images: val 0.125 (diverged); 85
-    #   images/s in all while other jobs shared the cores.
-    # - 50,000-image epochs (0:256,1:512), 4 ranks, torus 2x2 (load ~12 from other jobs): val top-1
-    #   0.8027 / 0.8364 / 0.8412 after epochs 1-3, 1,493 s in all. Quiet machine: 3 epochs 0.8046 / 0.8357 /
-    #   0.8408 (820 s in all); 4 epochs 0.8047 / 0.8363 / 0.8449 / 0.8465 (996 s). The 4-epoch model scored
-    #   0.918 in inference mode on training images but 0.845 on the test set: the gap is generalisation,
-    #   so more distinct images help more than more passes.
-    # - flip_crop (4-pixel random translation): 0.7336 / 0.7761 after 2 epochs (stopped): too slow to fit.
-    # - tf.data: AUTOTUNE's pool and tuning thread in each of the 4 processes cost time; pipeline_threads=1
-    #   measured 1,646 ms per step (global batch 512) against 1,964 ms with AUTOTUNE in a fit() harness,
-    #   274 against 262 images/s in a short run of this app.
-    # - all 60,000 training images, 4 epochs: 0.8214 / 0.8442 / 0.8562 / 0.8620, but 1,178 s in all (too
-    #   close to 20 minutes). 3 epochs (this preset): 0.8233 / 0.8473 / 0.8537, 864 s of training,
-    #   888 s in all (14.8 min) on the quiet machine.
+    # The `make demo` recipe: 4 ranks on a 2x2 torus, 2 CPU cores, Fashion-MNIST; target >= 0.85 val top-1
+    # within 20 minutes. How the values were chosen, with the measurements: docs/notes/demo_recipe.md.
     "fashion_mnist_demo": {
         "data": {"dataset": "fashion_mnist", "image_size": 32, "channels": 1, "num_classes": 10,
                  "train_examples": 60000, "augment": "flip", "pipeline_threads": 1},

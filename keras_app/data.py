@@ -4,7 +4,8 @@
 Each rank reads a disjoint 1/N of the training split and yields per-rank batches of
 ``global_batch // world_size`` images, shape ``[b, S, S, C]`` float32 (normalised to zero mean, unit
 variance per channel), with int32 labels of shape ``[b]``. The validation split is sharded the same way
-(every example is seen by exactly one rank; the per-rank means are averaged by MetricAverageCallback).
+(every example is seen by exactly one rank; :mod:`keras_app.evaluate` sums the shards' losses and hits
+with one all-reduce, so the metrics are exact whatever the shard sizes).
 
 One-time TFDS preparation (needs ``ILSVRC2012_img_train.tar`` and ``ILSVRC2012_img_val.tar``)::
 

@@ -14,7 +14,7 @@ import socket
 
 import numpy as np
 
-__all__ = ["HorovodControl", "MpiControl", "host_facts"]
+__all__ = ["HorovodControl", "MpiControl", "host_facts", "cpu_model"]
 
 
 class HorovodControl:
@@ -64,7 +64,8 @@ class MpiControl:
         return self._comm.allgather(obj)
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """The CPU model (``/proc/cpuinfo``'s first ``model name``, else ``platform.processor()``)."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -87,7 +88,7 @@ def host_facts(control, *, launcher: str, extra: dict | None = None) -> dict:
     hosts = control.gather_object(socket.gethostname())
     per_host = {h: hosts.count(h) for h in dict.fromkeys(hosts)}
     facts = {"hosts": list(per_host), "nodes": len(per_host), "ranks_per_host": per_host,
-             "cpu_model": _cpu_model(), "cpu_count": os.cpu_count(), "launcher": launcher,
+             "cpu_model": cpu_model(), "cpu_count": os.cpu_count(), "launcher": launcher,
              "python": platform.python_version(), "platform": platform.platform(),
              "numpy": np.__version__,
              "utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}

@@ -11,6 +11,7 @@ import warnings
 
 import horovod.tensorflow as _hvd
 
+from horovod_torus import tf_defaults
 from horovod_torus.agreement import agree_on
 from horovod_torus.launch import LaunchContext
 from horovod_torus.process_sets import TorusProcessSets
@@ -73,6 +74,7 @@ def init(comm=None, process_sets=None, *, grid=None, transport=None, min_torus_b
     transport = _transport_argument(transport, backend)
     if _hvd.is_initialized():
         return _same_as_running(grid, transport)
+    tf_defaults.warn_if_onednn_off()
     context = LaunchContext.from_environ()
     mpi_comm = _mpi_comm(comm, context)
     if mpi_comm is None:

@@ -21,8 +21,8 @@ def test_doctor_all_ranks_ok(hvd, world, capsys):
                          rf"cpu (.+), oneDNN (on|off), TF threads intra \S+/inter \S+, ResNet-50 step "
                          rf"([0-9.]+) images/s \| OK$", line)
             assert m, line
-            assert m.group(5) == cpu_model() and m.group(6) == ("on" if onednn_enabled() else "off")
-            assert float(m.group(7)) > 0
+            assert m.group(6) == cpu_model() and m.group(7) == ("on" if onednn_enabled() else "off")
+            assert float(m.group(8)) > 0
             assert int(m.group(1)) == r % int(m.group(2)) and "Gloo" in m.group(3).split(",")
         assert out[-1].startswith(f"doctor: {size} of {size} ranks OK, grid {grid}")
     else:

@@ -92,7 +92,7 @@ bench: setup
 	@bash mpi_scripts/bench.sh
 
 cluster-bench: setup
-	$(PY) -m horovod_torus.cluster.bench --out runs/cluster_bench
+	$(PY) -m tools.cluster.bench --out runs/cluster_bench
 
 cluster-train: setup
 	@bash mpi_scripts/cluster_train.sh

@@ -1,4 +1,4 @@
-"""``python -m keras_app.ablation``: what batch-size control and label smoothing buy (Mikami et al. s.3).
+"""``python -m tools.ablation``: what batch-size control and label smoothing buy (Mikami et al. s.3).
 
 Four arms of the same model, data, optimizer and budget of training images (``epochs x train_examples``),
 each trained by ``keras_app.train`` on ``--np`` ranks (``mpi_scripts/run_local.sh``, one launch per run):
@@ -280,7 +280,7 @@ def write_outputs(doc: dict, json_path: str, png_path: str | None) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     d = AblationSettings()
-    p = argparse.ArgumentParser(prog="python -m keras_app.ablation", description=__doc__.split("\n")[0],
+    p = argparse.ArgumentParser(prog="python -m tools.ablation", description=__doc__.split("\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--arms", default="A,B,C,D", help="arms to run, comma-separated (A,B,C,D)")
     p.add_argument("--seeds", default=",".join(map(str, d.seeds)), help="seeds, comma-separated (1,2)")
@@ -319,9 +319,9 @@ def main(argv=None) -> int:
     try:
         s.validate(names)
     except ValueError as err:
-        raise SystemExit(f"keras_app.ablation: {err}") from None
+        raise SystemExit(f"tools.ablation: {err}") from None
     table = {n: a for n, a in arms(s).items() if n in names}
-    doc = {"command": "python -m keras_app.ablation " + " ".join(sys.argv[1:] if argv is None else argv),
+    doc = {"command": "python -m tools.ablation " + " ".join(sys.argv[1:] if argv is None else argv),
            "settings": {**dataclasses.asdict(s), "arms": names,
                         "images_per_run": s.epochs * s.train_examples if s.train_examples else None},
            "host": {"cpus": os.cpu_count(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")},

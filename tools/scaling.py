@@ -32,7 +32,7 @@ import subprocess
 import sys
 import time
 
-from horovod_torus.bench.report import write_json_atomic
+from horovod_torus.atomic import write_json_atomic
 from horovod_torus.topology import TorusTopology
 
 __all__ = ["square_grid", "launch_command", "efficiency_rows", "markdown_table", "main"]

@@ -30,7 +30,8 @@ import numpy as np
 from horovod_torus import __version__
 from horovod_torus.bench.reducers import tf_reduce_fn
 from horovod_torus.strategies.registry import available_strategies, check_strategy, import_strategy_modules
-from horovod_torus.bench.report import summarize_times, write_json_atomic
+from horovod_torus.atomic import write_json_atomic
+from horovod_torus.bench.report import summarize_times
 from horovod_torus.bench.world import HorovodControl, host_facts, mpi_launched
 from horovod_torus.devices import pin_gpu
 

@@ -22,7 +22,8 @@ import os
 import sys
 import time
 
-from horovod_torus.bench.report import parse_size, write_json_atomic
+from horovod_torus.atomic import save_figure_atomic, write_json_atomic
+from horovod_torus.bench.report import parse_size
 from tools.cluster import net
 from tools.cluster.launch import horovodrun_argv, mpirun_argv
 from tools.cluster.layout import WIRINGS, ClusterSpec, parse_rate
@@ -148,10 +149,8 @@ def plot_rows(rows, path, title):
     axes[0][-1].legend(fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
-    tmp = path + ".tmp.png"
-    fig.savefig(tmp, dpi=110)
+    save_figure_atomic(fig, path, dpi=110)
     plt.close(fig)
-    os.replace(tmp, path)
 
 
 def analyse(args, raw, facts) -> dict:

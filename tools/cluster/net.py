@@ -18,6 +18,7 @@ import signal
 import subprocess
 import time
 
+from horovod_torus.atomic import write_text_atomic
 from tools.cluster.launch import ClusterFiles
 from tools.cluster.layout import ClusterSpec
 from tools.cluster.scripts import agent_text, bindnic_text, rank_hosts_name, ssh_shim_text
@@ -68,11 +69,7 @@ def is_up(name: str) -> bool:
 
 
 def _write(path, text, mode=0o644):
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)
+    write_text_atomic(path, text, mode=mode)
 
 
 def _write_files(spec: ClusterSpec, files: ClusterFiles) -> None:

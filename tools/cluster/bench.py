@@ -24,6 +24,7 @@ import time
 
 from horovod_torus.atomic import save_figure_atomic, write_json_atomic
 from horovod_torus.bench.report import parse_size
+from horovod_torus.costmodel import model_coefficients
 from tools.cluster import net
 from tools.cluster.launch import horovodrun_argv, mpirun_argv
 from tools.cluster.layout import WIRINGS, ClusterSpec, parse_rate
@@ -31,7 +32,6 @@ from tools.cluster.results import (
     OMPI_ALGORITHMS, Launch, add_predictions, fit_exchange_efficiency, fit_link, fit_or_origin, format_rows_table,
     format_targets, launches, label, make_cluster, rows_from_doc, target_ratios,
 )
-from horovod_torus.costmodel import model_coefficients
 
 __all__ = ["main", "build_parser", "plot_rows"]
 

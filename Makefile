@@ -83,16 +83,16 @@ demo: setup
 	  --batch-schedule 0:$$(( 256 / $(NP) * $(NP) )),1:$$(( 512 / $(NP) * $(NP) ))
 
 # Four arms (small batch; large batch; + batch-size control; + label smoothing) x SEEDS, NP ranks each:
-# docs/ablation.json, docs/ablation.png and a Markdown table (keras_app/ablation.py). Not part of make test.
+# docs/ablation.json, docs/ablation.png and a Markdown table (tools/ablation.py). Not part of make test.
 SEEDS ?= 1,2
 ablation: setup
-	$(PY) -m keras_app.ablation --np $(NP) --seeds $(SEEDS) --out runs/ablation --json docs/ablation.json --plot docs/ablation.png
+	$(PY) -m tools.ablation --np $(NP) --seeds $(SEEDS) --out runs/ablation --json docs/ablation.json --plot docs/ablation.png
 
 bench: setup
 	@bash mpi_scripts/bench.sh
 
 cluster-bench: setup
-	$(PY) -m horovod_torus.cluster.bench --out runs/cluster_bench
+	$(PY) -m tools.cluster.bench --out runs/cluster_bench
 
 cluster-train: setup
 	@bash mpi_scripts/cluster_train.sh

@@ -26,7 +26,7 @@ A pairwise exchange (two ranks on different nodes sending to each other in the s
 inter-node step of halving-doubling, a 2-rank ring) runs at ``Cluster.exchange_efficiency`` of the link
 bandwidth in each direction: 1.0 on a full-duplex fabric (the default and every preset); fitted on the
 emulated cluster, where Open MPI's exchanges ran at about 0.6 of the rate of its ring steps
-(:mod:`horovod_torus.cluster.results`). Halving-doubling follows Rabenseifner's algorithm as MPICH and Open
+(:mod:`tools.cluster.results`). Halving-doubling follows Rabenseifner's algorithm as MPICH and Open
 MPI implement it (``allreduce_intra_redscat_allgather``): the distance doubles (partner r xor 1, 2, 4, ...)
 while the vector halves, so the largest exchange (n/2) is with the nearest rank, inside a node when ranks
 are placed node by node (measured with NIC counters on 4 nodes x 2, rails: 0.75 n left each NIC, as the

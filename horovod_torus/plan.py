@@ -24,7 +24,8 @@ import sys
 
 from horovod_torus.costmodel import ALGORITHMS, PRESETS, Cluster, Link, calibrate, predict
 from horovod_torus import __version__
-from horovod_torus.bench.report import parse_size, write_json_atomic
+from horovod_torus.atomic import write_json_atomic
+from horovod_torus.bench.report import parse_size
 
 __all__ = ["main", "build_parser", "cluster_from_args", "format_prediction"]
 

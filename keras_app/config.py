@@ -9,10 +9,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 from dataclasses import dataclass, field
 
 from horovod_torus import __version__
+from horovod_torus.atomic import write_json_atomic
 from keras_app.schedules import parse_batch_schedule
 
 __all__ = ["DataConfig", "ModelConfig", "OptimConfig", "TrainConfig", "AppConfig", "PRESETS", "CHOICES",
@@ -231,13 +231,8 @@ def parse_args(argv: list[str] | None = None) -> AppConfig:
 
 
 def save_config(cfg: AppConfig, path: str) -> None:
-    """Write the resolved config as JSON, atomically (temporary file + rename)."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as fh:
-        json.dump(cfg.to_dict(), fh, indent=2, sort_keys=True)
-        fh.write("\n")
-    os.replace(tmp, path)
+    """Write the resolved config as JSON (indent 2, sorted keys), atomically (:mod:`horovod_torus.atomic`)."""
+    write_json_atomic(path, cfg.to_dict(), indent=2, sort_keys=True)
 
 
 def load_config(path: str) -> AppConfig:

@@ -17,13 +17,13 @@ import argparse
 import glob
 import gzip
 import os
-import shutil
 from dataclasses import dataclass
 
 import numpy as np
 import tensorflow as tf
 
 from horovod_torus import __version__
+from horovod_torus.atomic import copy_file_atomic, write_text_atomic
 from horovod_torus.launch import LaunchContext
 from keras_app.config import DataConfig
 
@@ -423,8 +423,8 @@ def _per_rank(global_batch: int, split: Split) -> int:
 def stage_tfrecords(data_dir: str, dest: str, world_size: int, ranks) -> list[str]:
     """Copy into ``dest`` the TFRecord shards (train and validation) that ``ranks`` of a ``world_size``-rank
     job read (see :func:`file_plan`), and write ``dest/shards.txt`` naming every shard of ``data_dir``.
-    Run once per node with that node's ranks; files already there with the same size are kept. Each copy
-    goes to ``NAME.tmp`` first, then is renamed. Returns the copied names.
+    Run once per node with that node's ranks; files already there with the same size are kept. Every copy
+    and the manifest are written atomically (:mod:`horovod_torus.atomic`). Returns the copied names.
 
     Raises FileNotFoundError when ``data_dir`` has no shards."""
     os.makedirs(dest, exist_ok=True)
@@ -437,13 +437,9 @@ def stage_tfrecords(data_dir: str, dest: str, world_size: int, ranks) -> list[st
             src, dst = files[f], os.path.join(dest, os.path.basename(files[f]))
             if os.path.exists(dst) and os.path.getsize(dst) == os.path.getsize(src):
                 continue
-            shutil.copyfile(src, dst + ".tmp")
-            os.replace(dst + ".tmp", dst)
+            copy_file_atomic(src, dst)
             copied.append(os.path.basename(dst))
-    tmp = os.path.join(dest, MANIFEST + ".tmp")
-    with open(tmp, "w") as fh:
-        fh.write("\n".join(names) + "\n")
-    os.replace(tmp, os.path.join(dest, MANIFEST))
+    write_text_atomic(os.path.join(dest, MANIFEST), "\n".join(names) + "\n")
     return copied
 
 

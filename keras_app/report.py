@@ -1,11 +1,11 @@
 """What rank 0 leaves behind: ``summary.json`` and PNG plots (matplotlib), both written atomically."""
 from __future__ import annotations
 
-import json
-import os
 import time
 
 import keras
+
+from horovod_torus.atomic import save_figure_atomic, write_json_atomic
 
 __all__ = ["EpochRecorder", "write_summary", "plot_run"]
 
@@ -43,13 +43,6 @@ class EpochRecorder(keras.callbacks.Callback):
         self.epochs = [e for e in self.epochs if e["epoch"] != rec["epoch"]] + [rec]
 
 
-def _atomic_write(path: str, text: str) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
-
-
 def write_summary(path: str, *, world_size: int, grid: str, strategy: str, epochs: list[dict],
                   config: dict, lr_steps: list) -> dict:
     """Write ``summary.json``: world_size, grid, strategy, per-epoch records, final {val_top1, val_top5,
@@ -60,7 +53,7 @@ def write_summary(path: str, *, world_size: int, grid: str, strategy: str, epoch
                "final": {"val_top1": last.get("val_top1"), "val_top5": last.get("val_top5"),
                          "train_seconds": sum(e["epoch_seconds"] for e in epochs)},
                "steps": [list(s) for s in lr_steps], "config": config}
-    _atomic_write(path, json.dumps(summary, indent=1) + "\n")
+    write_json_atomic(path, summary)
     return summary
 
 
@@ -95,7 +88,5 @@ def plot_run(summary: dict, path: str) -> None:
     fig.suptitle(f"ResNet-50, {summary['world_size']} ranks, grid {summary['grid']}, strategy "
                  f"{summary['strategy']}: final val top-1 " + ("n/a" if top1 is None else f"{top1:.4f}"))
     fig.tight_layout()
-    tmp = f"{path}.tmp-{os.getpid()}.png"
-    fig.savefig(tmp, dpi=90)
+    save_figure_atomic(fig, path, dpi=90)
     plt.close(fig)
-    os.replace(tmp, path)

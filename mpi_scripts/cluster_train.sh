@@ -13,7 +13,7 @@ export PATH="$(dirname "$PYTHON"):$PATH" PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONP
 export TF_CPP_MIN_LOG_LEVEL=2 PYTHONWARNINGS=ignore HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=900
 NODES=${NODES:-4}; RANKS=${RANKS:-2}; RATE=${RATE:-200mbit}; WIRING=${WIRING:-rails}; NAME=${NAME:-httrn}
 OUT=${OUT:-runs/cluster_train}; LAUNCHER=${LAUNCHER:-horovodrun}
-cluster() { local sub=$1; shift; "$PYTHON" -m horovod_torus.cluster "$sub" --name "$NAME" "$@"; }
+cluster() { local sub=$1; shift; "$PYTHON" -m tools.cluster "$sub" --name "$NAME" "$@"; }
 mkdir -p "$OUT"
 trap 'cluster down' EXIT
 trap 'exit 130' INT TERM

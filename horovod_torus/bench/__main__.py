@@ -16,8 +16,9 @@ import sys
 from horovod_torus.bench.allreduce import BenchConfig, run_strategy
 from horovod_torus.bench.reducers import DEFAULT_STRATEGIES, is_mpi, known_strategies
 from horovod_torus.strategies.registry import import_strategy_modules
+from horovod_torus.atomic import write_json_atomic
 from horovod_torus.bench.report import (
-    bench_document, canonical_dtype, format_header, format_row, parse_size, sweep_sizes, write_json_atomic,
+    bench_document, canonical_dtype, format_header, format_row, parse_size, sweep_sizes,
 )
 from horovod_torus.bench.world import HorovodControl, MpiControl, host_facts
 from horovod_torus.launch import LaunchContext

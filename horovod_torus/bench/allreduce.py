@@ -5,19 +5,20 @@ Timing protocol, identical for every strategy so that ratios are fair:
 1. build the input (rank-dependent small integers, exact in every dtype, see :func:`rank_input`) and,
    for TensorFlow strategies, trace the ``tf.function`` (tracing is never timed);
 2. ``warmup`` untimed iterations;
-3. a barrier, then ``iters`` timed iterations; this rank's time = elapsed / iters;
+3. a barrier, then ``iters`` timed iterations; this rank's time = elapsed / iters
+   (:func:`horovod_torus.timing.time_loop`);
 4. check the last output against the exact expected sum (``check``): #wrong = differing elements;
 5. gather (time, #wrong) from every rank: the row has time min/avg/max over ranks, and #wrong summed.
 """
 from __future__ import annotations
 
 import dataclasses
-import time
 
 import numpy as np
 
 from horovod_torus.bench.report import DTYPES, Row
 from horovod_torus.bench.reducers import check_names, is_mpi, mpi_reduce_fn, tf_reduce_fn
+from horovod_torus.timing import time_loop
 
 __all__ = ["BenchConfig", "rank_input", "expected_sum", "count_wrong", "run_strategy"]
 
@@ -106,21 +107,9 @@ def count_wrong(result, expected) -> int:
     return int(np.count_nonzero(res != expected))
 
 
-def _time_loop(step, iters, warmup, barrier, sync):
-    """Per-iteration seconds on this rank: warm-up, wait, barrier, `iters` timed steps, wait."""
-    for _ in range(warmup):
-        step()
-    sync()
-    barrier()
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        step()
-    sync()
-    return (time.perf_counter() - t0) / iters
-
-
 def _tf_runner(reduce, strategy, count, dtype, rank, nranks):
-    """(step, sync, result) for a TF strategy: one tf.function call per iteration."""
+    """(step, wait, result) for a TF strategy: one tf.function call per iteration
+    (see :mod:`horovod_torus.timing`)."""
     import tensorflow as tf
     from horovod.tensorflow import Compression, Sum
 
@@ -135,23 +124,20 @@ def _tf_runner(reduce, strategy, count, dtype, rank, nranks):
 
     def step():
         out[:] = [step_fn()]
+        return out[0]
 
-    def sync():
-        if out:
-            out[0].numpy()
-
-    return step, sync, lambda: out[0].numpy()
+    return step, lambda t: t.numpy(), lambda: out[0].numpy()
 
 
 def _mpi_runner(reduce, count, dtype, rank, nranks):
-    """(step, sync, result) for an MPI strategy on preallocated numpy buffers (blocking calls)."""
+    """(step, wait, result) for an MPI strategy on preallocated numpy buffers (blocking calls: no wait)."""
     send = rank_input(count, rank, nranks, dtype).astype(dtype)
     recv = np.empty_like(send)
 
     def step():
         reduce(send, recv)
 
-    return step, lambda: None, lambda: recv
+    return step, None, lambda: recv
 
 
 def algorithm_of(strategy: str, nbytes: int) -> str:
@@ -188,10 +174,10 @@ def run_strategy(strategy: str, config: BenchConfig, control, *, comm=None, on_r
     rows = []
     for count in config.counts():
         if is_tf:
-            step, sync, result = _tf_runner(reduce, strategy, count, config.dtype, rank, nranks)
+            step, wait, result = _tf_runner(reduce, strategy, count, config.dtype, rank, nranks)
         else:
-            step, sync, result = _mpi_runner(reduce, count, config.dtype, rank, nranks)
-        seconds = _time_loop(step, config.iters, config.warmup, barrier, sync)
+            step, wait, result = _mpi_runner(reduce, count, config.dtype, rank, nranks)
+        seconds = time_loop(step, config.iters, warmup=config.warmup, wait=wait, barrier=barrier)
         wrong = count_wrong(result(), expected_sum(count, nranks, config.dtype)) if config.check else -1
         gathered = control.gather([seconds, wrong])
         total_wrong = None if not config.check else int(gathered[:, 1].sum())

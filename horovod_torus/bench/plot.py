@@ -1,11 +1,14 @@
 """Plot of a benchmark JSON: busbw (GB/s) and time (us) against message size, one line per strategy."""
 from __future__ import annotations
 
+from horovod_torus.atomic import save_figure_atomic
+
 __all__ = ["plot_rows"]
 
 
 def plot_rows(document: dict, path: str, title: str | None = None) -> None:
-    """Write a two-panel PNG (busbw, avg time; log-log axes) from :func:`report.bench_document` output."""
+    """Write a two-panel PNG (busbw, avg time; log-log axes) from :func:`report.bench_document` output,
+    atomically."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -31,5 +34,5 @@ def plot_rows(document: dict, path: str, title: str | None = None) -> None:
     fig.suptitle(title or f"all-reduce, {document['world_size']} ranks, grid {document['grid']}, "
                           f"{host.get('nodes', '?')} host(s), {host.get('cpu_count', '?')} CPUs/host")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure_atomic(fig, path, dpi=110)
     plt.close(fig)

@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
 
 __all__ = ["Row", "algbw_gbps", "busbw_gbps", "parse_size", "format_size", "sweep_sizes",
-           "summarize_times", "format_table", "bench_document", "write_json_atomic", "DTYPES",
+           "summarize_times", "format_table", "bench_document", "DTYPES",
            "canonical_dtype", "markdown_table"]
 
 # nccl-tests type names -> numpy/TensorFlow names, and bytes per element.
@@ -183,17 +182,6 @@ def bench_document(rows, *, world_size: int, grid: str | None, host: dict, confi
     """The JSON document: rows (see :class:`Row`) plus world_size, grid, host facts, the config."""
     return {"world_size": world_size, "grid": grid, "host": host, "config": config,
             "skipped": dict(skipped or {}), "rows": [r.as_dict() for r in rows]}
-
-
-def write_json_atomic(path: str, document: dict) -> None:
-    """Write ``document`` to ``path`` through a temporary file and an atomic rename."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(document, f, indent=1)
-        f.write("\n")
-    os.replace(tmp, path)
 
 
 def markdown_table(document: dict, sizes) -> str:

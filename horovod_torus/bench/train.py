@@ -23,17 +23,18 @@ import argparse
 import dataclasses
 import resource
 import sys
-import time
 
 import numpy as np
 
 from horovod_torus import __version__
 from horovod_torus.bench.reducers import tf_reduce_fn
 from horovod_torus.strategies.registry import available_strategies, check_strategy, import_strategy_modules
-from horovod_torus.bench.report import summarize_times, write_json_atomic
+from horovod_torus.atomic import write_json_atomic
+from horovod_torus.bench.report import summarize_times
 from horovod_torus.bench.world import HorovodControl, host_facts
 from horovod_torus.launch import LaunchContext
 from horovod_torus.devices import pin_gpu
+from horovod_torus.timing import time_loop
 
 __all__ = ["MODELS", "build_model", "TrainBenchConfig", "TrainResult", "throughput", "run", "main"]
 
@@ -183,18 +184,6 @@ def _wait(out):
     (out[0] if isinstance(out, (list, tuple)) else out).numpy()
 
 
-def _timed(fn, iters, warmup, barrier):
-    """Per-iteration seconds of ``fn`` on this rank: warm-up, barrier, ``iters`` timed calls."""
-    for _ in range(warmup):
-        _wait(fn())
-    barrier()
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        out = fn()
-    _wait(out)
-    return (time.perf_counter() - t0) / iters
-
-
 def run(config: TrainBenchConfig):
     """Run the benchmark (collective). Returns (TrainResult, host facts). Horovod is initialised here."""
     import keras
@@ -247,11 +236,11 @@ def run(config: TrainBenchConfig):
         local_optimizer.apply(grads, local_model.trainable_variables)
         return loss
 
-    local_s = _timed(local_step, config.steps, config.warmup_steps, control.barrier)
-    step_s = _timed(train_step, config.steps, config.warmup_steps, control.barrier)
+    local_s = time_loop(local_step, config.steps, warmup=config.warmup_steps, wait=_wait, barrier=control.barrier)
+    step_s = time_loop(train_step, config.steps, warmup=config.warmup_steps, wait=_wait, barrier=control.barrier)
     grads = tf.function(gradients)()[1]
     sync_fn = tf.function(lambda: reduce(grads, hvd.Average, "sync", hvd.Compression.none, 1.0, 1.0))  # all fetched
-    sync_s = _timed(sync_fn, config.sync_iters, 1, control.barrier)
+    sync_s = time_loop(sync_fn, config.sync_iters, warmup=1, wait=_wait, barrier=control.barrier)
     checksum = float(sum(tf.reduce_sum(tf.cast(tf.abs(v), tf.float64)) for v in variables))
     peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
     gathered = control.gather([step_s, sync_s, checksum, peak_rss, local_s])

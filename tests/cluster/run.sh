@@ -11,7 +11,7 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export TF_CPP_MIN_LOG_LEVEL=2 PYTHONWARNINGS=ignore HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=120
 unset HOROVOD_TORUS_GRID HOROVOD_TORUS_TRANSPORT HOROVOD_TORUS_BACKEND
 NAME=${CLUSTER_TEST_NAME:-httest}
-cluster() { local sub=$1; shift; "$PYTHON" -m horovod_torus.cluster "$sub" --name "$NAME" "$@"; }
+cluster() { local sub=$1; shift; "$PYTHON" -m tools.cluster "$sub" --name "$NAME" "$@"; }
 if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null || ! command -v unshare >/dev/null; then
   msg="cluster test: needs root and iproute2/util-linux (network namespaces)"
   if [ "${CLUSTER_TEST:-}" = require ]; then echo "FAILED: $msg" >&2; exit 1; fi

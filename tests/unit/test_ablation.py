@@ -1,4 +1,4 @@
-"""The ablation driver (keras_app.ablation): arms, validation, and a real two-arm run on a tiny subset
+"""The ablation driver (tools.ablation): arms, validation, and a real two-arm run on a tiny subset
 (one rank under mpirun, the tiny model, a few steps) whose outputs must have the documented schema."""
 import json
 import os
@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from keras_app import ablation
-from keras_app.ablation import AblationSettings, arms, growth_schedule
+from tools import ablation
+from tools.ablation import AblationSettings, arms, growth_schedule
 
 
 def test_growth_schedule_doubles_to_the_final_batch():

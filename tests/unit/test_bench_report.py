@@ -4,10 +4,11 @@ import json
 import numpy as np
 import pytest
 
+from horovod_torus.atomic import write_json_atomic
 from horovod_torus.bench.allreduce import BenchConfig, count_wrong, expected_sum, rank_input
 from horovod_torus.bench.report import (
     Row, algbw_gbps, bench_document, busbw_gbps, canonical_dtype, format_row, format_size, format_table,
-    parse_size, sweep_sizes, write_json_atomic,
+    parse_size, sweep_sizes,
 )
 
 

@@ -46,6 +46,15 @@ def test_console_scripts_and_extras():
     assert "Licensed under the Apache License" in open(os.path.join(ROOT, "examples", "keras_fashion_mnist.py")).read()
 
 
+def test_tools_are_not_installed():
+    from setuptools import find_packages
+
+    include = ast.literal_eval(_setup_kwargs()["packages"].keywords[0].value)
+    installed = find_packages(ROOT, include=include)
+    assert "horovod_torus.bench" in installed and "keras_app.callbacks" in installed
+    assert not [p for p in installed if p.split(".")[0] == "tools"]
+
+
 def test_app_help_lists_allowed_values():
     from keras_app.config import CHOICES, build_parser
     text = build_parser().format_help()

@@ -7,9 +7,9 @@ import subprocess
 
 import pytest
 
-from horovod_torus.cluster.launch import ClusterFiles, horovodrun_argv, in_node, mpirun_argv
-from horovod_torus.cluster.layout import ClusterSpec, parse_rate
-from horovod_torus.cluster.scripts import agent_text, bindnic_text, ssh_shim_text
+from tools.cluster.launch import ClusterFiles, horovodrun_argv, in_node, mpirun_argv
+from tools.cluster.layout import ClusterSpec, parse_rate
+from tools.cluster.scripts import agent_text, bindnic_text, ssh_shim_text
 from horovod_torus.plan import build_parser, cluster_from_args
 
 
@@ -239,8 +239,8 @@ def test_bindnic_under_horovodrun_mounts_the_ranks_hosts_file(tmp_path, fake_ip)
 
 
 def test_without_root_every_command_says_so(monkeypatch, capsys):
-    from horovod_torus.cluster import net
-    from horovod_torus.cluster.__main__ import main
+    from tools.cluster import net
+    from tools.cluster.__main__ import main
 
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     with pytest.raises(net.ClusterError, match="needs root"):

@@ -2,7 +2,7 @@
 cost model's NICs per node (rails)."""
 import pytest
 
-from horovod_torus.cluster.results import (
+from tools.cluster.results import (
     add_predictions, fit_link, fit_or_origin, forced_algorithm, format_rows_table, format_targets, label, launches,
     make_cluster, predict_row, rows_from_doc, target_ratios,
 )

@@ -1,5 +1,6 @@
 """Makefile recipes, read with `make -n` (nothing is installed): the GPU stack, the apt-less set-up on a
-machine with its own MPI (run for real on the stamp target), and `make demo NP=N` for N = 1, 2, 4, 6, 8."""
+machine with its own MPI (run for real on the stamp target), `make demo NP=N` for N = 1, 2, 4, 6, 8, and the
+tool targets (cluster-bench, ablation, cluster-train) running the drivers in tools/."""
 import os
 import shutil
 import subprocess
@@ -59,3 +60,12 @@ def test_demo_any_rank_count(tmp_path, np_):
     schedule = words[words.index("--batch-schedule") + 1]
     batches = [int(item.split(":")[1]) for item in schedule.split(",")]
     assert all(b % np_ == 0 for b in batches) and 256 - np_ < batches[0] <= 256 and 512 - np_ < batches[1] <= 512
+
+
+def test_tool_targets_run_the_drivers_in_tools(tmp_path):
+    bench = _make(tmp_path, "-n", "cluster-bench").stdout
+    assert "-m tools.cluster.bench --out runs/cluster_bench" in bench
+    ablation = _make(tmp_path, "-n", "ablation").stdout
+    assert "-m tools.ablation --np 4 --seeds 1,2 --out runs/ablation" in ablation
+    assert "bash mpi_scripts/cluster_train.sh" in _make(tmp_path, "-n", "cluster-train").stdout
+    assert '"$PYTHON" -m tools.cluster "$sub"' in open(os.path.join(ROOT, "mpi_scripts", "cluster_train.sh")).read()

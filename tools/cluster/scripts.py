@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import shlex
 
-from horovod_torus.cluster.layout import ClusterSpec
+from tools.cluster.layout import ClusterSpec
 
 __all__ = ["agent_text", "ssh_shim_text", "bindnic_text", "rank_hosts_name"]
 
@@ -29,7 +29,7 @@ def agent_text(spec: ClusterSpec, hosts_file: str) -> str:
     cases = "\n".join(f"  {spec.hostname(i)}|{spec.address(i, 0)}) ns={shlex.quote(spec.node_ns(i))}; "
                       f"name={spec.hostname(i)} ;;" for i in range(spec.nodes))
     return f"""#!/bin/bash
-# rsh/ssh agent of the emulated cluster {spec.name!r} (made by python -m horovod_torus.cluster up).
+# rsh/ssh agent of the emulated cluster {spec.name!r} (made by python -m tools.cluster up).
 # Usage: $0 [ssh options] HOST [ssh options] [COMMAND...]: COMMAND runs in HOST's network namespace.
 skip_opts() {{  # prints how many leading ssh options to drop
   local n=0

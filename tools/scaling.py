@@ -1,4 +1,4 @@
-"""``python -m horovod_torus.bench.scaling``: training throughput and scaling efficiency over rank counts.
+"""``python -m tools.scaling``: training throughput and scaling efficiency over rank counts.
 
 For each round, each rank count N of ``--ranks`` and each strategy (their order alternating between
 rounds), one launch of ``mpirun -np N python -m horovod_torus.bench.train`` (ResNet-50 on synthetic data,
@@ -32,15 +32,16 @@ import subprocess
 import sys
 import time
 
-from horovod_torus.bench.report import write_json_atomic
+from horovod_torus.atomic import write_json_atomic
+from horovod_torus.topology import TorusTopology
 
 __all__ = ["square_grid", "launch_command", "efficiency_rows", "markdown_table", "main"]
 
 
 def square_grid(ranks: int) -> str:
-    """The most square X x Y grid with X >= Y (1 -> 1x1, 2 -> 2x1, 4 -> 2x2, 6 -> 3x2, 8 -> 4x2)."""
-    x = next(d for d in range(1, ranks + 1) if ranks % d == 0 and d * d >= ranks)
-    return f"{x}x{ranks // x}"
+    """The most square X x Y grid with X >= Y, as ``"XxY"`` (1 -> 1x1, 2 -> 2x1, 4 -> 2x2, 6 -> 3x2, 8 -> 4x2):
+    :meth:`TorusTopology.from_world` without a node size. Raises ValueError for ``ranks`` < 1."""
+    return str(TorusTopology.from_world(ranks))
 
 
 def launch_command(ranks: int, strategy: str, json_path: str, args) -> list[str]:
@@ -125,7 +126,7 @@ def _calibration(path: str | None) -> dict | None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m horovod_torus.bench.scaling",
+    p = argparse.ArgumentParser(prog="python -m tools.scaling",
                                 description="ResNet-50 images/s and scaling efficiency over rank counts")
     p.add_argument("--ranks", default="1,2,4,6", help="rank counts, comma-separated; must include 1")
     p.add_argument("--strategies", default="torus,ring")
@@ -175,7 +176,7 @@ def main(argv=None) -> int:
     rows = efficiency_rows(results, os.cpu_count() or 1, calibration)
     first = next(iter(results.values()))[0]
     write_json_atomic(args.json, {
-        "command": "python -m horovod_torus.bench.scaling " + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": "python -m tools.scaling " + " ".join(sys.argv[1:] if argv is None else argv),
         "settings": {"ranks": ranks, "strategies": strategies, "runs": args.runs, "model": args.model,
                      "grids": args.grids,
                      "per_rank_batch": args.batch_size, "image_size": args.image_size, "steps": args.steps,

@@ -1,7 +1,7 @@
-"""horovod_torus.bench.scaling: efficiency, CPU ceiling and the planner's prediction from bench.train JSON."""
+"""tools.scaling: efficiency, CPU ceiling and the planner's prediction from bench.train JSON."""
 import pytest
 
-from horovod_torus.bench import scaling
+from tools import scaling
 from horovod_torus.costmodel import model_coefficients
 
 

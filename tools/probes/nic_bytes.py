@@ -1,8 +1,8 @@
 """Bytes each NIC sends per all-reduce: Open MPI's flat MPI_Allreduce against the torus (a measurement tool,
 not a test; run it on an emulated cluster, e.g. 4 nodes x 2 ranks, rails wiring)::
 
-    python -m horovod_torus.cluster run --nodes 4 --ranks-per-node 2 --wiring rails --rate 200mbit -- \\
-        python tests/cluster/nic_bytes.py 8
+    python -m tools.cluster run --nodes 4 --ranks-per-node 2 --wiring rails --rate 200mbit -- \\
+        python tools/probes/nic_bytes.py 8
 
 Prints, per call, the slowest rank's time and, for every node, the bytes sent by each of its NICs
 (``/sys/class/net/eth<k>/statistics/tx_bytes`` read before and after, every rank between barriers) divided

@@ -1,16 +1,16 @@
-"""``python -m horovod_torus.cluster``: a cluster in a box (emulated nodes and rails on one machine; root).
+"""``python -m tools.cluster``: a cluster in a box (emulated nodes and rails on one machine; root).
 
 Examples::
 
-    python -m horovod_torus.cluster up --nodes 4 --ranks-per-node 2 --wiring rails --rate 200mbit
-    python -m horovod_torus.cluster run -- python -m horovod_torus.bench -b 1M -e 64M --grid 2x4
-    python -m horovod_torus.cluster run --launcher horovodrun -- python -m horovod_torus.bench --strategies torus ring
-    python -m horovod_torus.cluster exec node1 -- ip -br addr        # any command on one emulated node
-    python -m horovod_torus.cluster down
+    python -m tools.cluster up --nodes 4 --ranks-per-node 2 --wiring rails --rate 200mbit
+    python -m tools.cluster run -- python -m horovod_torus.bench -b 1M -e 64M --grid 2x4
+    python -m tools.cluster run --launcher horovodrun -- python -m horovod_torus.bench --strategies torus ring
+    python -m tools.cluster exec node1 -- ip -br addr    # any command on one emulated node
+    python -m tools.cluster down
     # one shot: up, run, down (also on failure or Ctrl-C)
-    python -m horovod_torus.cluster run --nodes 2 --ranks-per-node 2 --wiring rails -- python my_job.py
+    python -m tools.cluster run --nodes 2 --ranks-per-node 2 --wiring rails -- python my_job.py
 
-See :mod:`horovod_torus.cluster` for the layout.
+See :mod:`tools.cluster` for the layout.
 """
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ import contextlib
 import os
 import sys
 
-from horovod_torus.cluster.launch import LAUNCHERS, horovodrun_argv, mpirun_argv
-from horovod_torus.cluster.layout import WIRINGS, ClusterSpec, parse_rate
-from horovod_torus.cluster import net
+from tools.cluster.launch import LAUNCHERS, horovodrun_argv, mpirun_argv
+from tools.cluster.layout import WIRINGS, ClusterSpec, parse_rate
+from tools.cluster import net
 
 __all__ = ["main", "build_parser", "spec_from_args", "launcher_argv"]
 
@@ -40,7 +40,7 @@ def _add_spec_args(p, required):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m horovod_torus.cluster",
+    p = argparse.ArgumentParser(prog="python -m tools.cluster",
                                 description="Emulate a cluster on this machine with network namespaces (root).")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--name", default="htc", help="cluster name, prefixes its namespaces (htc)")
@@ -101,7 +101,7 @@ def main(argv=None) -> int:
             spec = spec_from_args(args)
             files = net.up(spec, log=_log)
             print(f"cluster {spec.name} is up: hosts {' '.join(spec.hostnames)}; planner description "
-                  f"{files.description}; run `python -m horovod_torus.cluster down --name {spec.name}` to remove it")
+                  f"{files.description}; run `python -m tools.cluster down --name {spec.name}` to remove it")
             return 0
         if args.cmd == "run":
             return _run(args)
@@ -132,10 +132,10 @@ def main(argv=None) -> int:
                   f"gone: run down")
             return 1
     except (ValueError, net.ClusterError) as e:
-        print(f"horovod_torus.cluster: error: {e}", file=sys.stderr)
+        print(f"tools.cluster: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("horovod_torus.cluster: interrupted", file=sys.stderr)
+        print("tools.cluster: interrupted", file=sys.stderr)
         return 130
     raise AssertionError(args.cmd)
 

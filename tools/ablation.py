@@ -1,4 +1,4 @@
-"""``python -m keras_app.ablation``: what batch-size control and label smoothing buy (Mikami et al. s.3).
+"""``python -m tools.ablation``: what batch-size control and label smoothing buy (Mikami et al. s.3).
 
 Four arms of the same model, data, optimizer and budget of training images (``epochs x train_examples``),
 each trained by ``keras_app.train`` on ``--np`` ranks (``mpi_scripts/run_local.sh``, one launch per run):
@@ -43,6 +43,8 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+
+from horovod_torus.atomic import save_figure_atomic, write_json_atomic
 
 __all__ = ["Arm", "AblationSettings", "arms", "growth_schedule", "run_record", "aggregate", "write_outputs",
            "markdown_table", "main"]
@@ -224,21 +226,6 @@ def markdown_table(doc: dict) -> str:
     return "\n".join(lines)
 
 
-def _atomic(path: str, write) -> None:
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    root, ext = os.path.splitext(path)
-    tmp = f"{root}.tmp-{os.getpid()}{ext}"
-    write(tmp)
-    os.replace(tmp, path)
-
-
-def _write_json(path: str, obj) -> None:
-    def write(tmp):
-        with open(tmp, "w") as fh:
-            fh.write(json.dumps(obj, indent=1) + "\n")
-    _atomic(path, write)
-
-
 def plot(doc: dict, path: str) -> None:
     """Two panels against training images seen (matplotlib, Agg): validation top-1 (inference mode) and
     training top-1 (training mode, the epoch's average); thin lines per seed, thick the per-arm mean."""
@@ -267,20 +254,20 @@ def plot(doc: dict, path: str) -> None:
     fig.suptitle(f"ResNet-50, Fashion-MNIST, {s['np']} ranks, {s['epochs']} epochs x {s['train_examples']} "
                  f"images: {len(s['seeds'])} seed(s) per arm")
     fig.tight_layout()
-    _atomic(path, lambda tmp: fig.savefig(tmp, dpi=90))
+    save_figure_atomic(fig, path, dpi=90)
     plt.close(fig)
 
 
 def write_outputs(doc: dict, json_path: str, png_path: str | None) -> None:
     """Write the JSON (atomically) and, when ``png_path`` is given, the plot."""
-    _write_json(json_path, doc)
+    write_json_atomic(json_path, doc)
     if png_path:
         plot(doc, png_path)
 
 
 def build_parser() -> argparse.ArgumentParser:
     d = AblationSettings()
-    p = argparse.ArgumentParser(prog="python -m keras_app.ablation", description=__doc__.split("\n")[0],
+    p = argparse.ArgumentParser(prog="python -m tools.ablation", description=__doc__.split("\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--arms", default="A,B,C,D", help="arms to run, comma-separated (A,B,C,D)")
     p.add_argument("--seeds", default=",".join(map(str, d.seeds)), help="seeds, comma-separated (1,2)")
@@ -319,9 +306,9 @@ def main(argv=None) -> int:
     try:
         s.validate(names)
     except ValueError as err:
-        raise SystemExit(f"keras_app.ablation: {err}") from None
+        raise SystemExit(f"tools.ablation: {err}") from None
     table = {n: a for n, a in arms(s).items() if n in names}
-    doc = {"command": "python -m keras_app.ablation " + " ".join(sys.argv[1:] if argv is None else argv),
+    doc = {"command": "python -m tools.ablation " + " ".join(sys.argv[1:] if argv is None else argv),
            "settings": {**dataclasses.asdict(s), "arms": names,
                         "images_per_run": s.epochs * s.train_examples if s.train_examples else None},
            "host": {"cpus": os.cpu_count(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
@@ -344,7 +331,7 @@ def main(argv=None) -> int:
                 rc = subprocess.call(cmd, cwd=ROOT)
                 launch = {"command": cmd, "returncode": rc, "wall_seconds": time.perf_counter() - t0}
                 os.makedirs(out_dir, exist_ok=True)
-                _write_json(launch_path, launch)
+                write_json_atomic(launch_path, launch)
             rc, wall = launch["returncode"], launch["wall_seconds"]
             summary = json.load(open(summary_path)) if os.path.exists(summary_path) else None
             doc["runs"].append(run_record(arm, seed, summary, rc, wall))

@@ -1,8 +1,8 @@
-"""``python -m horovod_torus.cluster.bench``: the all-reduce sweep on an emulated cluster, both wirings,
+"""``python -m tools.cluster.bench``: the all-reduce sweep on an emulated cluster, both wirings,
 with the planner's prediction beside every measurement (root; ``make cluster-bench``).
 
 For each wiring (``node``, ``rails``): bring the cluster up, run ``python -m horovod_torus.bench`` once per
-launch (:func:`horovod_torus.cluster.results.launches`: every strategy under mpirun with the torus on
+launch (:func:`tools.cluster.results.launches`: every strategy under mpirun with the torus on
 Horovod's ops, each forced Open MPI algorithm, torus and ring under horovodrun --gloo), bring it down. A
 one-node run (L ranks on node0, ``MPI_Allreduce``) fits the intra-node link; the node wiring's
 ``mpi-ring`` rows fit the inter-node link (alpha, bandwidth per NIC); the cost model then predicts every
@@ -10,9 +10,9 @@ row. Writes ``OUT/bench.json`` (rows, calibration, targets, load), ``OUT/bench.p
 planner descriptions ``OUT/cluster-<wiring>.json``, the raw benchmark JSONs and logs under ``OUT/raw``,
 and prints the tables.
 
-    python -m horovod_torus.cluster.bench                         # 4 nodes x 2, 200 Mbit/s, 1-64 MiB
-    python -m horovod_torus.cluster.bench --wirings rails --iters 2 --maxbytes 32M
-    python -m horovod_torus.cluster.bench --from-raw              # recompute tables/plot from OUT/raw
+    python -m tools.cluster.bench                 # 4 nodes x 2, 200 Mbit/s, 1-64 MiB
+    python -m tools.cluster.bench --wirings rails --iters 2 --maxbytes 32M
+    python -m tools.cluster.bench --from-raw      # recompute tables/plot from OUT/raw
 """
 from __future__ import annotations
 
@@ -22,15 +22,16 @@ import os
 import sys
 import time
 
-from horovod_torus.bench.report import parse_size, write_json_atomic
-from horovod_torus.cluster import net
-from horovod_torus.cluster.launch import horovodrun_argv, mpirun_argv
-from horovod_torus.cluster.layout import WIRINGS, ClusterSpec, parse_rate
-from horovod_torus.cluster.results import (
+from horovod_torus.atomic import save_figure_atomic, write_json_atomic
+from horovod_torus.bench.report import parse_size
+from horovod_torus.costmodel import model_coefficients
+from tools.cluster import net
+from tools.cluster.launch import horovodrun_argv, mpirun_argv
+from tools.cluster.layout import WIRINGS, ClusterSpec, parse_rate
+from tools.cluster.results import (
     OMPI_ALGORITHMS, Launch, add_predictions, fit_exchange_efficiency, fit_link, fit_or_origin, format_rows_table,
     format_targets, launches, label, make_cluster, rows_from_doc, target_ratios,
 )
-from horovod_torus.costmodel import model_coefficients
 
 __all__ = ["main", "build_parser", "plot_rows"]
 
@@ -40,7 +41,7 @@ def _log(msg):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m horovod_torus.cluster.bench", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m tools.cluster.bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--nodes", type=int, default=4)
     p.add_argument("--ranks-per-node", type=int, default=2)
     p.add_argument("--rate", default="200mbit", help="per NIC and direction (200mbit)")
@@ -148,10 +149,8 @@ def plot_rows(rows, path, title):
     axes[0][-1].legend(fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
-    tmp = path + ".tmp.png"
-    fig.savefig(tmp, dpi=110)
+    save_figure_atomic(fig, path, dpi=110)
     plt.close(fig)
-    os.replace(tmp, path)
 
 
 def analyse(args, raw, facts) -> dict:
@@ -240,7 +239,7 @@ def main(argv=None) -> int:
         ClusterSpec(nodes=args.nodes, ranks_per_node=args.ranks_per_node, name=args.name)
         launches(args.algorithms)
     except ValueError as e:
-        print(f"horovod_torus.cluster.bench: error: {e}", file=sys.stderr)
+        print(f"tools.cluster.bench: error: {e}", file=sys.stderr)
         return 2
     net.interrupt_on_sigterm()
     raw = os.path.join(args.out, "raw")
@@ -262,10 +261,10 @@ def main(argv=None) -> int:
             write_json_atomic(facts_path, facts)
         result = analyse(args, raw, facts)
     except (ValueError, OSError, net.ClusterError) as e:
-        print(f"horovod_torus.cluster.bench: error: {e}", file=sys.stderr)
+        print(f"tools.cluster.bench: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("horovod_torus.cluster.bench: interrupted (the cluster was removed)", file=sys.stderr)
+        print("tools.cluster.bench: interrupted (the cluster was removed)", file=sys.stderr)
         return 130
     doc = {"description": f"all-reduce on an emulated cluster: {args.nodes} nodes x {args.ranks_per_node} ranks, "
                           f"{args.rate} per NIC and direction, float32, grid {result['grid']}",

@@ -18,9 +18,10 @@ import signal
 import subprocess
 import time
 
-from horovod_torus.cluster.launch import ClusterFiles
-from horovod_torus.cluster.layout import ClusterSpec
-from horovod_torus.cluster.scripts import agent_text, bindnic_text, rank_hosts_name, ssh_shim_text
+from horovod_torus.atomic import write_text_atomic
+from tools.cluster.launch import ClusterFiles
+from tools.cluster.layout import ClusterSpec
+from tools.cluster.scripts import agent_text, bindnic_text, rank_hosts_name, ssh_shim_text
 
 __all__ = ["ClusterError", "files_for", "require_root", "up", "down", "load", "is_up", "cluster",
            "namespaces_of", "end_processes", "launch", "interrupt_on_sigterm"]
@@ -41,7 +42,7 @@ def require_root() -> None:
     if os.geteuid() != 0:
         raise ClusterError("the emulated cluster needs root (it creates network namespaces, veth links, bridges "
                            "and tc qdiscs): run it as root, e.g. sudo -E env PATH=\"$PATH\" python -m "
-                           "horovod_torus.cluster ...")
+                           "tools.cluster ...")
     missing = [t for t in ("ip", "tc", "unshare", "mount") if shutil.which(t) is None]
     if missing:
         raise ClusterError(f"missing tools {' '.join(missing)}: install the Debian packages iproute2 and "
@@ -68,11 +69,7 @@ def is_up(name: str) -> bool:
 
 
 def _write(path, text, mode=0o644):
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)
+    write_text_atomic(path, text, mode=mode)
 
 
 def _write_files(spec: ClusterSpec, files: ClusterFiles) -> None:
@@ -98,7 +95,7 @@ def up(spec: ClusterSpec, log=None) -> ClusterFiles:
     require_root()
     if is_up(spec.name):
         raise ClusterError(f"a cluster named {spec.name!r} is already up ({' '.join(namespaces_of(spec.name))}): "
-                           f"run `python -m horovod_torus.cluster down --name {spec.name}` first, or pick another --name")
+                           f"run `python -m tools.cluster down --name {spec.name}` first, or pick another --name")
     files = files_for(spec.name)
     try:
         for argv in spec.up_commands():
@@ -170,7 +167,7 @@ def load(name: str) -> tuple[ClusterSpec, ClusterFiles]:
     """The spec and files of a cluster that is up. Raises ClusterError if it is not."""
     files = files_for(name)
     if not is_up(name) or not os.path.exists(files.state):
-        raise ClusterError(f"no cluster named {name!r} is up: start it with `python -m horovod_torus.cluster up "
+        raise ClusterError(f"no cluster named {name!r} is up: start it with `python -m tools.cluster up "
                            f"--name {name} ...`")
     with open(files.state) as f:
         return ClusterSpec.from_dict(json.load(f)), files
@@ -208,12 +205,12 @@ def cluster(spec: ClusterSpec, log=None):
 
 def launch(spec: ClusterSpec, files: ClusterFiles, argv, node: int = 0, timeout: float | None = None,
            env=None, log=None, stdout=None) -> int:
-    """Run ``argv`` inside node ``node`` (e.g. a launcher line from :mod:`horovod_torus.cluster.launch`).
+    """Run ``argv`` inside node ``node`` (e.g. a launcher line from :mod:`tools.cluster.launch`).
 
     ``files.bin`` (the ssh shim) goes first on PATH; ``stdout``: a file for stdout and stderr (default: ours). On a timeout or Ctrl-C the launcher is ended and so are
     the processes it left in the cluster's namespaces. Returns the exit code (124 on a timeout).
     """
-    from horovod_torus.cluster.launch import in_node
+    from tools.cluster.launch import in_node
 
     env = dict(os.environ if env is None else env)
     env["PATH"] = files.bin + os.pathsep + env.get("PATH", "")

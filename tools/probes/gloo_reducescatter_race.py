@@ -6,9 +6,9 @@ asynchronous send of that region to rank 0 may still be in flight: rank 0 then a
 reduced values into the tail of its shard. It shows on slow links (the rails wiring: ranks of a node talk
 through their own NICs), e.g. (as root, from the repository root, 4 nodes x 2 ranks, 200 Mbit/s):
 
-    PATH=$PWD/.venv/bin:$PATH PYTHONPATH=$PWD python -m horovod_torus.cluster run --name race --nodes 4 \\
+    PATH=$PWD/.venv/bin:$PATH PYTHONPATH=$PWD python -m tools.cluster run --name race --nodes 4 \\
         --ranks-per-node 2 --wiring rails --rate 200mbit --launcher horovodrun -- \\
-        env HOROVOD_TORUS_GRID=2x4 python tests/cluster/gloo_reducescatter_race.py
+        env HOROVOD_TORUS_GRID=2x4 python tools/probes/gloo_reducescatter_race.py
 
 Per size and call it checks against numpy: Horovod's three ops on the torus' process sets (``rs`` =
 ``hvd.reducescatter`` on the row, ``ar`` = ``hvd.allreduce`` on the column, ``ag`` = ``hvd.allgather`` on the

@@ -16,7 +16,7 @@ import dataclasses
 import os
 import shlex
 
-from horovod_torus.cluster.layout import ClusterSpec
+from tools.cluster.layout import ClusterSpec
 
 __all__ = ["ClusterFiles", "LAUNCHERS", "mpirun_argv", "horovodrun_argv", "in_node", "FORWARDED_ENV"]
 

@@ -110,9 +110,9 @@ class TorusAllreduce:
         Returns:
             The new ``min_torus_bytes``.
         """
-        import time
-
         import numpy as np
+
+        from horovod_torus.timing import time_calls
 
         medians = []
         for nbytes in sizes:
@@ -122,14 +122,10 @@ class TorusAllreduce:
                 saved = self.min_torus_bytes
                 self.min_torus_bytes = 2 ** 62 if algorithm == "flat" else 0
                 try:
-                    times = []
-                    for i in range(iters + 1):
-                        start = time.perf_counter()
-                        self([buf], Sum)[0].numpy()
-                        times.append(time.perf_counter() - start)
+                    times = time_calls(lambda: self([buf], Sum)[0], iters, warmup=1, wait=lambda t: t.numpy())
                 finally:
                     self.min_torus_bytes = saved
-                pair.append(float(np.median(times[1:])))
+                pair.append(float(np.median(times)))
             medians.append(pair)
         self.min_torus_bytes = 0
         # every rank decides on the sum over ranks of the medians: the same numbers, so the same choice

@@ -63,8 +63,9 @@ def python_environment_names(source: str) -> dict[str, list[int]]:
             keys = [node.slice]
         elif isinstance(node, ast.Call) and node.args:
             func = node.func
-            if (isinstance(func, ast.Attribute) and func.attr in ("get", "setdefault", "pop")
-                    and _is_environ(func.value, aliases)) or getattr(func, "attr", getattr(func, "id", "")) == "getenv":
+            method = isinstance(func, ast.Attribute) and func.attr in ("get", "setdefault", "pop")
+            getenv = (func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)) == "getenv"
+            if getenv or (method and _is_environ(func.value, aliases)):
                 keys = [node.args[0]]
         elif isinstance(node, ast.Compare) and isinstance(node.ops[0], (ast.In, ast.NotIn)):
             keys = [node.left] if _is_environ(node.comparators[0], aliases) else []
@@ -93,10 +94,10 @@ def scan() -> tuple[dict[str, list[str]], dict[str, list[str]]]:
         for path in sorted((ROOT / tree).rglob("*.py")):
             for name, lines in python_environment_names(path.read_text()).items():
                 python.setdefault(name, []).extend(f"{path.relative_to(ROOT)}:{n}" for n in lines)
-    tables = [n for names in settings.ENVIRONMENT.values() for n in names]
-    tables += [n for names in launch._VARIABLES.values() for n in names]
-    for name in tables:  # read indirectly, by name from a table
-        python.setdefault(name, []).append("horovod_torus/settings.py or launch.py (table)")
+    for where, table in (("horovod_torus/settings.py ENVIRONMENT", settings.ENVIRONMENT),
+                         ("horovod_torus/launch.py _VARIABLES", launch._VARIABLES)):
+        for name in (n for names in table.values() for n in names):  # read by name from a table
+            python.setdefault(name, []).append(where)
     shell: dict[str, list[str]] = {}
     for path in sorted(SCRIPTS.glob("*.sh")):
         for name, lines in shell_environment_names(path.read_text()).items():
@@ -151,12 +152,10 @@ def test_scan_finds_the_known_variables():
 
 def test_page_lists_every_environment_variable():
     page = PAGE.read_text()
-    python, shell = scan()
-    for kind, found in (("Python", python), ("shell", shell)):
-        missing = _missing(found, page)
-        assert not missing, (f"docs/configuration.md lacks these {kind} environment variables (add each as "
-                             f"`NAME` with its meaning):\n" +
-                             "\n".join(f"  {n}: read at {', '.join(found[n])}" for n in missing))
+    problems = [f"  {name}: read at {', '.join(found[name])}" for found in scan()
+                for name in _missing(found, page)]
+    assert not problems, ("docs/configuration.md lacks these environment variables (add each as `NAME`, "
+                          "with its meaning):\n" + "\n".join(problems))
 
 
 def test_page_lists_every_parameter():

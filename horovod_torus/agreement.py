@@ -110,8 +110,11 @@ def agree_on(build, *, rank: int, size: int, comm=None, environ=None, timeout: f
 
 
 def _exchange_rendezvous(settings, rank, size, environ, timeout):
-    base = (f"http://{environ['HOROVOD_GLOO_RENDEZVOUS_ADDR']}:{environ['HOROVOD_GLOO_RENDEZVOUS_PORT']}"
-            f"/horovod_torus_init_{_attempts['n']}")
+    port = environ.get("HOROVOD_GLOO_RENDEZVOUS_PORT")
+    if not port:
+        raise ValueError(f"HOROVOD_GLOO_RENDEZVOUS_ADDR={environ['HOROVOD_GLOO_RENDEZVOUS_ADDR']!r} is set but "
+                         f"HOROVOD_GLOO_RENDEZVOUS_PORT is not: start the job with horovodrun (it exports both)")
+    base = (f"http://{environ['HOROVOD_GLOO_RENDEZVOUS_ADDR']}:{port}/horovod_torus_init_{_attempts['n']}")
     body = json.dumps(settings, sort_keys=True).encode()
     request = urllib.request.Request(f"{base}/{rank}", data=body, method="PUT")
     urllib.request.urlopen(request, timeout=10).read()

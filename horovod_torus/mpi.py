@@ -132,10 +132,11 @@ class TorusComm:
         size, local_size, rank = comm_world(comm)
 
         def build():
+            fields = ("grid", "column_ring", "stall_seconds")
             settings = TorusSettings.resolve(size=size, local_size=local_size, grid=grid,
-                                             column_ring=column_ring, stall_seconds=stall_seconds)
+                                             column_ring=column_ring, stall_seconds=stall_seconds, fields=fields)
             shown = settings.agreement()
-            return settings, {k: shown[k] for k in ("grid", "column_ring", "stall_seconds")}
+            return settings, {k: shown[k] for k in fields}
 
         return cls.from_settings(comm, agree_on(build, rank=rank, size=size, comm=comm))
 

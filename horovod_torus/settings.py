@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import warnings
 
 from horovod_torus.topology import TorusTopology
 
@@ -44,6 +45,9 @@ ENVIRONMENT = {
     "column_ring": ("HOROVOD_TORUS_COLUMN_RING",),
     "stall_seconds": ("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS",),
 }
+
+#: Deprecated variables -> the variable to use instead (still read, with a DeprecationWarning).
+DEPRECATED = {"HOROVOD_TORUS_BACKEND": "HOROVOD_TORUS_TRANSPORT"}
 
 _COLUMN_RING = {"auto": None, "1": True, "0": False, True: True, False: False, None: None}
 
@@ -72,7 +76,8 @@ class TorusSettings:
 
     @classmethod
     def resolve(cls, *, size: int, local_size: int | None = None, grid=None, transport=None,
-                min_torus_bytes=None, column_ring=None, stall_seconds=None, environ=None) -> "TorusSettings":
+                min_torus_bytes=None, column_ring=None, stall_seconds=None, environ=None,
+                fields=None) -> "TorusSettings":
         """The settings of a world of ``size`` ranks (``local_size`` per node): each argument, else its
         variable (:data:`ENVIRONMENT`), else its default. Local: no communication.
 
@@ -83,6 +88,8 @@ class TorusSettings:
             column_ring: True, False, ``"auto"`` or None (the variable takes ``auto``, ``1``, ``0``).
             stall_seconds: seconds > 0, 0 (never), or None.
             environ: the environment (``os.environ``).
+            fields: the settings this caller uses (default: all); the others keep their defaults and
+                their variables are not read (the numpy API uses grid, column_ring and stall_seconds).
 
         Raises:
             ValueError: a malformed value, naming the argument or variable it came from and the fix; a
@@ -90,6 +97,9 @@ class TorusSettings:
             TypeError: a grid that is neither a TorusTopology, a string nor None.
         """
         environ = os.environ if environ is None else environ
+        if fields is not None:
+            environ = {k: v for k, v in environ.items()
+                       if not any(k in ENVIRONMENT[f] for f in set(ENVIRONMENT) - set(fields))}
         source, value = _pick("grid", grid, environ)
         the_grid = _grid(source, value) or TorusTopology.from_world(size, local_size)
         try:
@@ -115,6 +125,9 @@ def _pick(setting: str, argument, environ):
     for name in ENVIRONMENT[setting]:
         text = str(environ.get(name, "")).strip()
         if text:
+            if name in DEPRECATED:
+                warnings.warn(f"{name} is deprecated: export {DEPRECATED[name]} instead", DeprecationWarning,
+                              stacklevel=4)
             return name, text
     return setting, None
 

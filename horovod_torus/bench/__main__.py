@@ -189,9 +189,9 @@ def main(argv=None) -> int:
             write_json_atomic(args.json, doc)
             print(f"# wrote {args.json}")
         if args.plot:
-            from horovod_torus.bench.plot import plot_rows
+            from horovod_torus.bench.plot import plot_allreduce_rows
 
-            plot_rows(doc, args.plot)
+            plot_allreduce_rows(doc, args.plot)
             print(f"# wrote {args.plot}")
     wrong = sum(r.wrong or 0 for r in rows)
     return 1 if wrong else 0

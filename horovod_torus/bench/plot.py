@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from horovod_torus.atomic import save_figure_atomic
 
-__all__ = ["plot_rows"]
+__all__ = ["plot_allreduce_rows"]
 
 
-def plot_rows(document: dict, path: str, title: str | None = None) -> None:
+def plot_allreduce_rows(document: dict, path: str, title: str | None = None) -> None:
     """Write a two-panel PNG (busbw, avg time; log-log axes) from :func:`report.bench_document` output,
     atomically."""
     import matplotlib

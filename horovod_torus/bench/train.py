@@ -36,14 +36,14 @@ from horovod_torus.launch import LaunchContext
 from horovod_torus.devices import pin_gpu
 from horovod_torus.timing import time_loop
 
-__all__ = ["MODELS", "build_model", "TrainBenchConfig", "TrainResult", "throughput", "run", "main"]
+__all__ = ["MODELS", "build_bench_model", "TrainBenchConfig", "TrainBenchResult", "throughput", "run", "main"]
 
 
 MODELS = ("resnet50", "tiny")
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 
 
-def build_model(name: str, image_size: int, classes: int):
+def build_bench_model(name: str, image_size: int, classes: int):
     """``resnet50``: keras.applications.ResNet50(weights=None); ``tiny``: 2 convolutions + dense. The
     softmax output layer computes in float32 under any Keras dtype policy (the mixed-precision guide's rule
     for the last layer); the rest follows the global policy."""
@@ -116,7 +116,7 @@ def throughput(global_batch: int, step_seconds: float) -> float:
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainResult:
+class TrainBenchResult:
     """Measured result (identical on every rank). Times in seconds; throughput in images/s."""
 
     strategy: str
@@ -185,7 +185,7 @@ def _wait(out):
 
 
 def run(config: TrainBenchConfig):
-    """Run the benchmark (collective). Returns (TrainResult, host facts). Horovod is initialised here."""
+    """Run the benchmark (collective). Returns (TrainBenchResult, host facts). Horovod is initialised here."""
     import keras
     import tensorflow as tf
 
@@ -197,7 +197,7 @@ def run(config: TrainBenchConfig):
     reduce = tf_reduce_fn(config.strategy)
     keras.mixed_precision.set_global_policy(config.mixed_precision)
     keras.utils.set_random_seed(config.seed)  # identical initial weights on every rank
-    model = build_model(config.model, config.image_size, config.classes)
+    model = build_bench_model(config.model, config.image_size, config.classes)
     local_model = keras.models.clone_model(model)  # the same step without any reduction (exposed sync)
     local_model.set_weights(model.get_weights())
     from horovod_torus.tensorflow.keras import DistributedOptimizer
@@ -246,7 +246,7 @@ def run(config: TrainBenchConfig):
     gathered = control.gather([step_s, sync_s, checksum, peak_rss, local_s])
     grad_bytes = sum(int(g.shape.num_elements()) * g.dtype.size for g in grads)
     params = sum(int(np.prod(v.shape)) for v in variables)
-    result = TrainResult.from_times(config, control.size, str(hvd.grid()), params, len(grads), grad_bytes,
+    result = TrainBenchResult.from_times(config, control.size, str(hvd.grid()), params, len(grads), grad_bytes,
                                     gathered[:, 0], gathered[:, 1], bool((gathered[:, 2] == gathered[0, 2]).all()),
                                     gathered[:, 3].max(), gathered[:, 4])
     from horovod_torus.tensorflow.runtime import transport

@@ -6,6 +6,7 @@ returns it. The data path does not look it up per call: strategies bind it once.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import warnings
 
@@ -15,7 +16,7 @@ from horovod_torus import tf_defaults
 from horovod_torus.agreement import agree_on
 from horovod_torus.launch import LaunchContext
 from horovod_torus.process_sets import TorusProcessSets
-from horovod_torus.settings import TRANSPORT_CHOICES, TorusSettings
+from horovod_torus.settings import TorusSettings
 from horovod_torus.tensorflow.torus import TorusAllreduce
 from horovod_torus.topology import TorusTopology
 
@@ -73,7 +74,8 @@ def init(comm=None, process_sets=None, *, grid=None, transport=None, min_torus_b
     """
     transport = _transport_argument(transport, backend)
     if _hvd.is_initialized():
-        return _same_as_running(grid, transport)
+        return _same_as_running(grid=grid, transport=transport, min_torus_bytes=min_torus_bytes,
+                                column_ring=column_ring, stall_seconds=stall_shutdown_seconds)
     tf_defaults.warn_if_onednn_off()
     context = LaunchContext.from_environ()
     mpi_comm = _mpi_comm(comm, context)
@@ -130,22 +132,26 @@ def _export_stall_to_horovod(seconds: float | None) -> None:
         os.environ.setdefault("HOROVOD_STALL_CHECK_TIME_SECONDS", str(int(max(1, min(60.0, seconds)))))
 
 
-def _same_as_running(requested_grid, requested_transport):
+def _same_as_running(**arguments):
+    """The running torus when every given argument matches its settings; else ValueError naming both."""
     current = _current["torus"]
     if current is None:
         raise RuntimeError("Horovod is already initialised without the torus process sets: call "
                            "horovod_torus.tensorflow.init() instead of horovod.tensorflow.init()")
-    if isinstance(requested_grid, str):
-        requested_grid = TorusTopology.parse(requested_grid)
-    if requested_grid is not None and requested_grid != current.grid:
-        raise ValueError(f"init(grid={requested_grid}): horovod_torus already runs on grid {current.grid}; "
-                         f"call shutdown() first to change it")
-    if requested_transport not in (None, "auto", current.transport):
-        if requested_transport not in TRANSPORT_CHOICES:
-            raise ValueError(f"transport={requested_transport!r} is not a torus transport: choose one of "
-                             f"{', '.join(TRANSPORT_CHOICES)}")
-        raise ValueError(f"init(transport={requested_transport!r}): horovod_torus already runs with transport "
-                         f"{current.transport!r}; call shutdown() first to change it")
+    given = {k: v for k, v in arguments.items() if v is not None}
+    if not given:
+        return current
+    wanted = TorusSettings.resolve(size=current.grid.size, environ={}, **given)
+    running = dataclasses.replace(_current["settings"], transport=current.transport)
+    names = {"stall_seconds": "stall_shutdown_seconds"}
+    for field in given:
+        mine, theirs = getattr(wanted, field), getattr(running, field)
+        if mine != theirs and not (field == "transport" and mine == "auto"):
+            arg = names.get(field, field)
+            running_with = "" if field == "grid" else f" with {arg}={theirs!r}"
+            shown = mine if field == "grid" else repr(mine)
+            raise ValueError(f"init({arg}={shown}): horovod_torus already runs on grid {current.grid}{running_with}; "
+                             f"call shutdown() first to change it")
     return current
 
 

@@ -87,3 +87,10 @@ def test_second_init_returns_the_torus_or_names_both_grids():
     other = "1x2" if str(torus.grid) == "2x1" else "4x1"
     with pytest.raises(ValueError, match=f"init\\(grid={other}\\): horovod_torus already runs on grid {torus.grid}"):
         hvd.init(grid=other)
+    other_transport = "horovod" if hvd.transport() == "mpi" else "mpi"
+    with pytest.raises(ValueError, match=f"init\\(transport='{other_transport}'\\): .* with transport="
+                                         f"'{hvd.transport()}'"):
+        hvd.init(transport=other_transport)
+    with pytest.raises(ValueError, match=r"init\(min_torus_bytes=12345\): .* with min_torus_bytes=0"):
+        hvd.init(min_torus_bytes=12345)
+    assert hvd.init(transport="auto", min_torus_bytes=0, stall_shutdown_seconds=hvd.settings().stall_seconds) is torus

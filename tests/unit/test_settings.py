@@ -35,8 +35,20 @@ def test_an_argument_wins_over_its_variable():
 
 
 def test_deprecated_backend_variable_is_an_alias_of_transport():
-    assert resolve({"HOROVOD_TORUS_BACKEND": "mpi"}).transport == "mpi"
+    with pytest.warns(DeprecationWarning, match="HOROVOD_TORUS_BACKEND is deprecated: export HOROVOD_TORUS_TRANSPORT"):
+        assert resolve({"HOROVOD_TORUS_BACKEND": "mpi"}).transport == "mpi"
     assert resolve({"HOROVOD_TORUS_BACKEND": "mpi", "HOROVOD_TORUS_TRANSPORT": "horovod"}).transport == "horovod"
+
+
+def test_fields_limit_the_variables_read():
+    """The numpy API reads grid, column_ring and stall_seconds only: a bad transport variable is not its
+    business."""
+    env = {"HOROVOD_TORUS_TRANSPORT": "nccl", "HOROVOD_TORUS_MIN_BYTES": "lots", "HOROVOD_TORUS_GRID": "1x4",
+           "HOROVOD_TORUS_COLUMN_RING": "0"}
+    s = resolve(env, fields=("grid", "column_ring", "stall_seconds"))
+    assert (s.grid, s.transport, s.min_torus_bytes, s.column_ring) == (TorusTopology(1, 4), "auto", 0, False)
+    with pytest.raises(ValueError, match="HOROVOD_TORUS_TRANSPORT='nccl'"):
+        resolve(env)
 
 
 @pytest.mark.parametrize("env, kwargs, match", [

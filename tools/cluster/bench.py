@@ -33,7 +33,7 @@ from tools.cluster.results import (
     format_targets, launches, label, make_cluster, rows_from_doc, target_ratios,
 )
 
-__all__ = ["main", "build_parser", "plot_rows"]
+__all__ = ["main", "build_parser", "plot_cluster_rows"]
 
 
 def _log(msg):
@@ -120,7 +120,7 @@ def run_all(args, raw) -> dict:
     return {"failed": failed, "load": load}
 
 
-def plot_rows(rows, path, title):
+def plot_cluster_rows(rows, path, title):
     """Measured time (solid, markers) and prediction (dashed) against size, one panel per wiring."""
     import matplotlib
 
@@ -271,7 +271,7 @@ def main(argv=None) -> int:
            "config": {k: v for k, v in vars(args).items() if k not in ("from_raw", "only", "wirings")},
            **result, "failed_launches": facts["failed"], "load": facts["load"]}
     write_json_atomic(os.path.join(args.out, "bench.json"), doc)
-    plot_rows(result["rows"], os.path.join(args.out, "bench.png"), doc["description"])
+    plot_cluster_rows(result["rows"], os.path.join(args.out, "bench.png"), doc["description"])
     c = result["calibration"]
     print(f"\ninter-node link fitted on {c['reference']}: alpha {c['inter_alpha_s'] * 1e6:.0f} us, "
           f"{c['inter_bandwidth_Bps_per_nic'] * 8 / 1e6:.0f} Mbit/s per NIC (nominal "

@@ -19,7 +19,7 @@ import numpy as np
 
 from horovod_torus.fusion import shard_counts
 from horovod_torus.ops import UFUNCS
-from horovod_torus.signature import CallSignature, TorusMismatchError, compare
+from horovod_torus.signature import CallSignature, TorusMismatchError, compare, disagreeing, extremes
 from horovod_torus.topology import TorusTopology
 
 __all__ = ["InProcessWorld", "InProcessTransport", "run_ranks"]
@@ -61,8 +61,10 @@ class InProcessTransport:
 
     def verify(self, signature: CallSignature):
         self.calls += 1
-        rows = self.world.exchange(self.rank, signature.words(self.calls))
-        compare(np.stack(rows), signature)
+        mine = signature.words(self.calls)
+        reduced = np.max(np.stack(self.world.exchange(self.rank, extremes(mine))), axis=0)
+        if disagreeing(reduced):  # the same two steps as the MPI and Horovod transports
+            compare(np.stack(self.world.exchange(self.rank, mine)), signature)
         return None
 
     def reduce_scatter(self, buf, op):

@@ -16,8 +16,9 @@ implementation of the three phases) runs on:
 3. all-gather on the row communicator straight into the output (rings from RING_MIN_BYTES, else
    ``MPI_Allgather(v)``).
 
-Every call first compares its :class:`horovod_torus.signature.CallSignature` across ranks in one
-``MPI_Allgather`` of 10 int64 words, so a rank passing another length, dtype, shape or op raises
+Every call first checks its :class:`horovod_torus.signature.CallSignature` across ranks with one
+``MPI_Allreduce`` (MAX) of 20 int64 words (an ``MPI_Allgather`` of the words follows only when they differ,
+to name each rank's value), so a rank passing another length, dtype, shape or op raises
 :class:`horovod_torus.signature.TorusMismatchError` on every rank instead of hanging or summing garbage.
 A call of the ``"flat"`` algorithm is one ``MPI_Allreduce`` on the whole duplicate communicator.
 
@@ -48,7 +49,7 @@ from horovod_torus.fusion import shard_counts
 from horovod_torus.ops import LABELS, REDUCE_OPS, UFUNCS
 from horovod_torus.phases import allreduce_buffer
 from horovod_torus.settings import TorusSettings
-from horovod_torus.signature import CallSignature, TorusMismatchError, compare
+from horovod_torus.signature import CallSignature, TorusMismatchError, compare, disagreeing, extremes
 from horovod_torus.topology import TorusTopology
 
 __all__ = ["TorusComm", "torus_allreduce", "ring_reduce_scatter", "ring_allgather", "comm_world",
@@ -205,9 +206,13 @@ class TorusComm:
         self.calls += 1
         mine = signature.words(self.calls)
         if self.grid.size > 1:
-            gathered = np.empty((self.grid.size, mine.size), np.int64)
-            self.comm.Allgather(mine, gathered)
-            compare(gathered, signature)
+            both = extremes(mine)
+            reduced = np.empty_like(both)
+            self.comm.Allreduce(both, reduced, op=MPI.MAX)
+            if disagreeing(reduced):  # rare: gather the words to name each rank's value
+                gathered = np.empty((self.grid.size, mine.size), np.int64)
+                self.comm.Allgather(mine, gathered)
+                compare(gathered, signature)
         return None
 
     def reduce_scatter(self, buf: np.ndarray, op: str) -> np.ndarray:

@@ -3,10 +3,17 @@
 A torus all-reduce moves one flat buffer per dtype through three collectives. Nothing in MPI (and, once
 the tensors are fused, nothing in Horovod) notices when the ranks pass different things: a different
 length hangs or truncates, the same length in another shape, another op or another scale factor returns
-numbers that are silently wrong. So every call first exchanges a :class:`CallSignature` (K int64 words,
-the same encoding on every transport) among all ranks, and :func:`compare` raises
-:class:`TorusMismatchError` on every rank when any word differs, naming each field and each rank's value.
-Every rank sees the same gathered matrix, so every rank raises together, before the result is used.
+numbers that are silently wrong. So every call first checks a :class:`CallSignature` (K int64 words, the
+same encoding on every transport) across ranks, in two steps:
+
+1. every call: ONE all-reduce with MAX of :func:`extremes` (the words and their negations, 2K int64
+   words: O(1) bytes per rank whatever the world size) gives every rank the maximum and the minimum of
+   each word; :func:`disagreeing` says which fields differ (max != min);
+2. only when some field differs: an all-gather of the words, and :func:`compare` raises
+   :class:`TorusMismatchError` naming each field and each rank's value.
+
+Every rank sees the same reduced vector (and the same gathered matrix), so every rank takes the second
+step together and raises together, before the result is used.
 
 Fields (in this order): the per-transport call sequence number, the element count of the fused buffer,
 the dtype code, a CRC-32 of the (dtype, shape) list, the op, the bits of the float32 pre- and post-scale
@@ -20,7 +27,7 @@ import zlib
 
 import numpy as np
 
-__all__ = ["CallSignature", "TorusMismatchError", "FIELDS", "compare", "layout_crc"]
+__all__ = ["CallSignature", "TorusMismatchError", "FIELDS", "compare", "layout_crc", "extremes", "disagreeing"]
 
 FIELDS = ("call", "elements", "dtype", "shapes", "op", "prescale", "postscale", "compression", "algorithm",
           "name")
@@ -109,6 +116,20 @@ def _show(field: str, word: int) -> str:
     if field in ("shapes", "compression", "name"):
         return f"crc {word & 0xFFFFFFFF:08x}"
     return str(word)
+
+
+def extremes(words: np.ndarray) -> np.ndarray:
+    """int64 [2K]: ``words`` then ``-words``. Reduced with MAX over the ranks, the first half is each word's
+    maximum and the negated second half its minimum (step 1 of the check)."""
+    words = np.asarray(words, np.int64)
+    return np.concatenate([words, -words])
+
+
+def disagreeing(reduced: np.ndarray) -> list[int]:
+    """Indices of the fields whose maximum and minimum differ, from the MAX-reduced :func:`extremes`
+    (empty: every rank passed the same words)."""
+    reduced = np.asarray(reduced, np.int64).reshape(2, -1)
+    return [int(i) for i in np.flatnonzero(reduced[0] != -reduced[1])]
 
 
 def compare(gathered: np.ndarray, mine: CallSignature | None = None, what: str = "torus all-reduce") -> None:

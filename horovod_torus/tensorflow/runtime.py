@@ -95,6 +95,7 @@ def init(comm=None, process_sets=None, *, grid=None, transport=None, min_torus_b
                                        "process_sets": [list(s.ranks) for s in user_sets]}
 
     settings, user_sets = agree_on(build, rank=rank, size=size, comm=mpi_comm)
+    _check_no_duplicate_sets(user_sets, settings.grid)  # agreed inputs: the same outcome on every rank
     _export_stall_to_horovod(settings.stall_seconds)
     sets = TorusProcessSets.build(settings.grid, rank, _hvd.ProcessSet, _hvd.global_process_set)
     _hvd.init(comm=comm, process_sets=list(user_sets) + list(sets.registered), **kwargs)
@@ -181,7 +182,29 @@ def _mpi_comm(comm, context: LaunchContext):
                     f"init(comm=None, process_sets=None)); the grid is keyword-only: init(grid='2x2')")
 
 
+def _check_no_duplicate_sets(user_sets, grid) -> None:
+    """Raise ValueError for a user set that Horovod would see as a duplicate (it sorts a set's ranks): of
+    another user set, of the global set, or of a row or column set the torus registers. Run on the agreed
+    sets and grid, so every rank raises the same error (Horovod would fail inside hvd.init, where ranks
+    can disagree and hang)."""
+    taken = {tuple(range(grid.size)): "the global process set (Horovod always registers it; use "
+                                      "hvd.global_process_set)"}
+    for s in TorusProcessSets.build(grid, 0, _hvd.ProcessSet, _hvd.global_process_set).registered:
+        members = tuple(sorted(s.ranks))
+        kind, index = ("row", grid.rows().index(members)) if members in grid.rows() else (
+            "column", grid.columns().index(members))
+        taken[members] = (f"torus {kind} {index}, which init registers (use "
+                          f"hvd.torus_process_sets().{kind}_sets[{index}])")
+    for i, s in enumerate(user_sets):
+        key = tuple(sorted(int(r) for r in s.ranks))
+        if key in taken:
+            raise ValueError(f"process_sets[{i}] = ProcessSet({list(s.ranks)}) is the same set as {taken[key]} "
+                             f"(Horovod sorts a set's ranks): leave it out of process_sets")
+        taken[key] = f"process_sets[{i}] = ProcessSet({list(s.ranks)})"
+
+
 def _check_process_sets(process_sets, size):
+    """The user's process sets, checked locally: ProcessSet objects, each rank once, ranks in [0, size)."""
     sets = list(process_sets or [])
     for i, s in enumerate(sets):
         ranks = getattr(s, "ranks", None)

@@ -3,8 +3,9 @@
 * :class:`HorovodTransport` implements :class:`horovod_torus.phases.Transport` with Horovod ops on the
   row and column process sets registered at init (``hvd.reducescatter``, or under Horovod's Gloo
   controller ``hvd.alltoall`` + a local sum; ``hvd.allreduce``; ``hvd.allgather``): every Horovod backend
-  (MPI and Gloo on CPU, NCCL on GPU), eager and in ``tf.function``. The signature words are all-gathered
-  on the global set first and compared; phase 1 (or the flat all-reduce, Horovod's own call on the
+  (MPI and Gloo on CPU, NCCL on GPU), eager and in ``tf.function``. The signature is checked on the global
+  set first (one ``hvd.allreduce`` with Max of the words and their negations; an ``hvd.allgather`` of
+  the words only when they differ, inside a ``tf.cond`` every rank takes the same way); phase 1 (or the flat all-reduce, Horovod's own call on the
   global set) waits for that comparison, so no data moves before the ranks agree, and no two process
   sets of one call ever have operations in flight at once.
 * :func:`mpi_allreduce_op` runs :func:`horovod_torus.phases.allreduce_buffer` on a
@@ -84,13 +85,18 @@ class HorovodTransport:
                 call = self._counter.assign_add(1)
             static = tf.constant(signature.words(0)[1:], tf.int64)
             words = tf.concat([tf.reshape(call, [1]), static], axis=0)
-            gathered = _hvd.allgather(tf.reshape(words, [1, len(FIELDS)]), name=self._op_name("sig"))
+            k = len(FIELDS)
+            reduced = _hvd.allreduce(tf.concat([words, -words], axis=0), op=_hvd.Max, name=self._op_name("sig"))
+            agreed = tf.reduce_all(tf.equal(reduced[:k], -reduced[k:]))
+            gathered = tf.cond(agreed, lambda: tf.zeros([0, k], tf.int64),
+                               lambda: _hvd.allgather(tf.reshape(words, [1, k]), name=self._op_name("sig_all")))
 
             def check(rows):
-                try:
-                    compare(rows, signature)
-                except TorusMismatchError as exc:
-                    raise as_tf_error(exc) from None
+                if rows.shape[0]:  # the words differ: name each rank's value
+                    try:
+                        compare(rows, signature)
+                    except TorusMismatchError as exc:
+                        raise as_tf_error(exc) from None
                 return np.int64(0)
 
             return tf.numpy_function(check, [gathered], tf.int64, stateful=True, name="TorusSignatureCheck")

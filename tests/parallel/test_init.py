@@ -54,6 +54,30 @@ def test_bad_process_sets_name_the_cause(ranks, match):
     _fails_everywhere(match, process_sets=[hvd.ProcessSet(ranks)])
 
 
+def test_user_sets_that_duplicate_a_torus_or_global_set_fail_the_same_way_on_every_rank_in_repeated_cycles():
+    """Horovod sorts a set's ranks and rejects duplicates inside hvd.init, where ranks can disagree and
+    hang: init checks first, so every cycle gives every rank the same ValueError (or the same success)."""
+    size = int(os.environ.get("OMPI_COMM_WORLD_SIZE", os.environ.get("HOROVOD_SIZE", "1")))
+    grid = os.environ.get("HOROVOD_TORUS_GRID", "2x2")
+    x = int(grid.split("x")[0])
+    cases = [([hvd.ProcessSet(list(range(size)))], r"process_sets\[0\] = ProcessSet\(\[0, 1, 2, 3\]\) is the same "
+                                                      r"set as the global process set"),
+             ([hvd.ProcessSet([3, 0]), hvd.ProcessSet([0, 3])], r"process_sets\[1\] = ProcessSet\(\[0, 3\]\) is "
+                                                                 r"the same set as process_sets\[0\] = ProcessSet\(\[0, 3\]\)")]
+    if x == 2 and size == 4:  # rows [0, 1], [2, 3]; columns [0, 2], [1, 3]
+        cases += [([hvd.ProcessSet([3, 2])], r"is the same set as torus row 1"),
+                  ([hvd.ProcessSet([2, 0])], r"is the same set as torus column 0")]
+    for cycle in range(3):
+        for sets, match in cases:
+            _fails_everywhere(match, grid=grid, process_sets=sets)
+        torus = hvd.init(grid=grid, process_sets=[hvd.ProcessSet([0, 3])] if size == 4 else None)
+        out = hvd.allreduce(tf.fill([3], float(launcher_rank())), op=hvd.Sum, strategy="torus")
+        np.testing.assert_array_equal(out.numpy(), [float(sum(range(size)))] * 3, err_msg=f"cycle {cycle}")
+        assert str(torus.grid) == grid
+        hvd.shutdown()
+    assert not hvd.is_initialized()
+
+
 def test_grid_passed_positionally_is_refused():
     with pytest.raises(TypeError, match="keyword-only"):
         hvd.init("2x2")

@@ -16,6 +16,10 @@ implementation of the three phases) runs on:
 3. all-gather on the row communicator straight into the output (rings from RING_MIN_BYTES, else
    ``MPI_Allgather(v)``).
 
+Every step is a non-blocking MPI request (the rings as ``MPI_Isend``/``MPI_Irecv`` pairs), waited for under
+the call's deadline (:mod:`horovod_torus.stall`): a rank that skipped the call, stopped early or died makes
+the others raise :class:`horovod_torus.stall.TorusStallError` instead of blocking forever.
+
 Every call first checks its :class:`horovod_torus.signature.CallSignature` across ranks with one
 ``MPI_Allreduce`` (MAX) of 20 int64 words (an ``MPI_Allgather`` of the words follows only when they differ,
 to name each rank's value), so a rank passing another length, dtype, shape or op raises
@@ -36,9 +40,6 @@ Example (``mpirun -np 4 python -c ...``)::
 from __future__ import annotations
 
 import contextlib
-import sys
-import threading
-import time
 
 import numpy as np
 from mpi4py import MPI
@@ -50,10 +51,11 @@ from horovod_torus.ops import LABELS, REDUCE_OPS, UFUNCS
 from horovod_torus.phases import allreduce_buffer
 from horovod_torus.settings import TorusSettings
 from horovod_torus.signature import CallSignature, TorusMismatchError, compare, disagreeing, extremes
+from horovod_torus.stall import CallClock, TorusStallError
 from horovod_torus.topology import TorusTopology
 
 __all__ = ["TorusComm", "torus_allreduce", "ring_reduce_scatter", "ring_allgather", "comm_world",
-           "RING_MIN_BYTES", "TorusMismatchError"]
+           "RING_MIN_BYTES", "TorusMismatchError", "TorusStallError"]
 
 
 def comm_world(comm: MPI.Comm) -> tuple[int, int, int]:
@@ -91,18 +93,20 @@ class TorusComm:
         calls: torus calls made so far (the ``call`` word of every signature).
         column_ring: phase 2 runs as a Sendrecv ring from RING_MIN_BYTES (else MPI_Allreduce); see
             :meth:`create`.
-        deadline: seconds a call may wait in MPI before the job is aborted (None: forever); see :meth:`watch`.
+        deadline: seconds a call may wait for the other ranks before it raises
+            :class:`horovod_torus.stall.TorusStallError` (None: forever); see :meth:`watch`.
+        alarm: a private duplicate of ``comm`` for the stall roll call only.
     """
 
     def __init__(self, comm: MPI.Comm, grid: TorusTopology, row: MPI.Comm, column: MPI.Comm,
-                 column_ring: bool = False, deadline: float | None = None):
+                 column_ring: bool = False, deadline: float | None = None, alarm: MPI.Comm | None = None):
         self.comm, self.grid, self.row, self.column = comm, grid, row, column
+        self.alarm = comm.Dup() if alarm is None else alarm
         self.column_ring = column_ring
         self.rank = comm.Get_rank()
         self.calls = 0
         self.deadline = deadline
-        self._busy: tuple | None = None  # (start time, call number) while a call is in MPI
-        self._watchdog: threading.Thread | None = None
+        self._clock: CallClock | None = None  # the deadline of the call in progress
         self._workspace: dict = {}
         self._pending = None  # (length, out, block view) of the last reduce-scatter, for allgather
 
@@ -152,11 +156,12 @@ class TorusComm:
         r, c = grid.coords(dup.Get_rank())
         column = dup.Split(color=c, key=r)
         return cls(dup, grid, dup.Split(color=r, key=c), column,
-                   column_ring=_column_ring(column, settings.column_ring), deadline=settings.stall_seconds)
+                   column_ring=_column_ring(column, settings.column_ring), deadline=settings.stall_seconds,
+                   alarm=dup.Dup())
 
     def free(self) -> None:
         """Free the three communicators (collective only in MPI's sense: call it on every rank)."""
-        for c in (self.row, self.column, self.comm):
+        for c in (self.row, self.column, self.alarm, self.comm):
             if c != MPI.COMM_NULL:
                 c.Free()
 
@@ -167,30 +172,24 @@ class TorusComm:
         self.free()
 
     @contextlib.contextmanager
-    def watch(self):
-        """Run one call under the deadline: MPI calls made outside Horovod never time out, so a rank that
-        skipped a call or died would leave the others blocked forever. When :attr:`deadline` (seconds; the
-        ``stall_seconds`` setting, the time ``init`` also gives Horovod) passes with
-        the call still in MPI, a watchdog thread prints which call waited and aborts the job
-        (``MPI_Abort``: every rank exits non-zero; checkpoints already written stay intact)."""
-        if self.deadline and self._watchdog is None:
-            self._watchdog = threading.Thread(target=self._watch_loop, name="torus-watchdog", daemon=True)
-            self._watchdog.start()
-        self._busy = (time.monotonic(), self.calls + 1)
+    def watch(self, name: str = ""):
+        """Run one call under the deadline (:attr:`deadline`, the ``stall_seconds`` setting, the time
+        ``init`` also gives Horovod): every MPI step of the call is non-blocking and waited for through a
+        :class:`horovod_torus.stall.CallClock`, so a rank that skipped the call, stopped early or died makes
+        the waiting ranks raise :class:`horovod_torus.stall.TorusStallError` (naming the call, ``name`` and
+        the ranks that did not arrive) instead of blocking forever."""
+        self._clock = CallClock(self.comm, self.alarm, self.calls + 1, name, self.grid, self.deadline)
         try:
             yield
         finally:
-            self._busy = None
+            self._clock = None
 
-    def _watch_loop(self):
-        while True:
-            time.sleep(min(1.0, self.deadline / 4))
-            busy = self._busy
-            if busy is not None and time.monotonic() - busy[0] > self.deadline:
-                print(f"horovod_torus: rank {self.rank}: torus all-reduce call {busy[1]} on grid {self.grid} has "
-                      f"waited {self.deadline:.0f} s for the other ranks (a rank skipped this call, stopped, "
-                      f"or died): aborting the job (MPI_Abort)", file=sys.stderr, flush=True)
-                MPI.COMM_WORLD.Abort(1)
+    def _wait(self, requests) -> None:
+        """Complete ``requests`` under the call's deadline (none outside :meth:`watch`)."""
+        if self._clock is None:
+            MPI.Request.Waitall(requests)
+        else:
+            self._clock.wait(requests)
 
     def shard_buffer(self, count: int, dtype, slot: int = 2) -> np.ndarray:
         """A reusable scratch array of ``count`` elements (never returned to callers), so repeated
@@ -208,10 +207,10 @@ class TorusComm:
         if self.grid.size > 1:
             both = extremes(mine)
             reduced = np.empty_like(both)
-            self.comm.Allreduce(both, reduced, op=MPI.MAX)
+            self._wait([self.comm.Iallreduce(both, reduced, op=MPI.MAX)])
             if disagreeing(reduced):  # rare: gather the words to name each rank's value
                 gathered = np.empty((self.grid.size, mine.size), np.int64)
-                self.comm.Allgather(mine, gathered)
+                self._wait([self.comm.Iallgather(mine, gathered)])
                 compare(gathered, signature)
         return None
 
@@ -223,16 +222,16 @@ class TorusComm:
             out = np.empty_like(buf)
             shard = out[_blocks(counts)[me]]
             work = [self.shard_buffer(max(counts), buf.dtype, slot) for slot in (0, 1)]
-            ring_reduce_scatter(self.row, buf, shard, counts, ufunc, work)
+            ring_reduce_scatter(self.row, buf, shard, counts, ufunc, work, self._wait)
             self._pending = (buf.size, out, shard)
             return shard
         self._pending = (buf.size, None, None)
         shard = np.empty(counts[me], buf.dtype)
         wire_op = _wire_op(_MPI_OPS[op], buf.dtype)
         if counts[0] == counts[-1]:
-            self.row.Reduce_scatter_block(_wire(buf), _wire(shard), op=wire_op)
+            self._wait([self.row.Ireduce_scatter_block(_wire(buf), _wire(shard), op=wire_op)])
         else:
-            self.row.Reduce_scatter(_wire(buf), _wire(shard), recvcounts=counts, op=wire_op)
+            self._wait([self.row.Ireduce_scatter(_wire(buf), _wire(shard), recvcounts=counts, op=wire_op)])
         return shard
 
     def allreduce(self, shard: np.ndarray, op: str) -> np.ndarray:
@@ -241,15 +240,15 @@ class TorusComm:
             out = np.empty_like(shard)  # a new array: with X == 1 the shard is the caller's buffer
             block = _blocks(counts)[self.grid.coords(self.rank)[0]]  # position in the column = row index
             work = [self.shard_buffer(max(counts), shard.dtype, slot) for slot in (3, 4)]
-            ring_reduce_scatter(self.column, shard, out[block], counts, UFUNCS[op], work)
-            ring_allgather(self.column, out, counts)
+            ring_reduce_scatter(self.column, shard, out[block], counts, UFUNCS[op], work, self._wait)
+            ring_allgather(self.column, out, counts, self._wait)
             return out
         wire_op = _wire_op(_MPI_OPS[op], shard.dtype)
         if self.grid.x == 1:  # the shard is the caller's buffer: never reduce into it
             out = np.empty_like(shard)
-            self.column.Allreduce(_wire(shard), _wire(out), op=wire_op)
+            self._wait([self.column.Iallreduce(_wire(shard), _wire(out), op=wire_op)])
             return out
-        self.column.Allreduce(MPI.IN_PLACE, _wire(shard), op=wire_op)
+        self._wait([self.column.Iallreduce(MPI.IN_PLACE, _wire(shard), op=wire_op)])
         return shard
 
     def allgather(self, shard: np.ndarray) -> np.ndarray:
@@ -259,18 +258,18 @@ class TorusComm:
         if out is not None:
             if shard is not view:
                 view[...] = shard
-            ring_allgather(self.row, out, counts)
+            ring_allgather(self.row, out, counts, self._wait)
             return out
         out = np.empty(n, shard.dtype)
         if counts[0] == counts[-1]:
-            self.row.Allgather(_wire(shard), _wire(out))
+            self._wait([self.row.Iallgather(_wire(shard), _wire(out))])
         else:
-            self.row.Allgatherv(_wire(shard), _vspec(out, counts))
+            self._wait([self.row.Iallgatherv(_wire(shard), _vspec(out, counts))])
         return out
 
     def allreduce_flat(self, buf: np.ndarray, op: str) -> np.ndarray:
         out = np.empty_like(buf)
-        self.comm.Allreduce(_wire(buf), _wire(out), op=_wire_op(_MPI_OPS[op], buf.dtype))
+        self._wait([self.comm.Iallreduce(_wire(buf), _wire(out), op=_wire_op(_MPI_OPS[op], buf.dtype))])
         return out
 
     def gate(self, buf, token):
@@ -334,7 +333,7 @@ def torus_allreduce(comm, sendbuf, recvbuf=None, op=MPI.SUM, grid=None):
 def _run(tc: TorusComm, send: np.ndarray, recvbuf, opname: str):
     signature = CallSignature(elements=send.size, dtype=send.dtype.name,
                               layout=((send.dtype.name, send.shape),), op=LABELS[opname])
-    with tc.watch():
+    with tc.watch(signature.name):
         out = allreduce_buffer(tc, send.reshape(-1), signature, op=opname)
     if np.shares_memory(out, send):  # one rank: nothing moved, the result must not alias the input
         out = out.copy()
@@ -401,13 +400,19 @@ def _blocks(counts):
     return [slice(starts[k], starts[k + 1]) for k in range(len(counts))]
 
 
-def ring_reduce_scatter(comm: MPI.Comm, send: np.ndarray, shard: np.ndarray, counts, ufunc, work) -> None:
+def _exchange(comm, outgoing, dest, incoming, source, tag, wait) -> None:
+    """One ring step: send ``outgoing`` to ``dest`` while receiving ``incoming`` from ``source``."""
+    wait([comm.Irecv(_wire(incoming), source=source, tag=tag), comm.Isend(_wire(outgoing), dest=dest, tag=tag)])
+
+
+def ring_reduce_scatter(comm: MPI.Comm, send: np.ndarray, shard: np.ndarray, counts, ufunc, work,
+                        wait=MPI.Request.Waitall) -> None:
     """Ring reduce-scatter: rank i ends with block i of the reduction of every rank's ``send``.
 
     p-1 steps; at step s rank i sends its partial block (i-s-1) mod p to rank i+1 and folds the partial
     block (i-s-2) mod p received from rank i-1 into its own contribution (Patarasuk & Yuan 2009). ``work``
     holds two scratch arrays of max(counts) elements; ``shard`` (counts[i] elements) must not overlap
-    ``send``.
+    ``send``. ``wait`` completes each step's two requests (``TorusComm._wait``: under the call's deadline).
     """
     p, i = comm.Get_size(), comm.Get_rank()
     b = _blocks(counts)
@@ -417,20 +422,18 @@ def ring_reduce_scatter(comm: MPI.Comm, send: np.ndarray, shard: np.ndarray, cou
         sb, rb = (i - step - 1) % p, (i - step - 2) % p
         outgoing = send[b[sb]] if step == 0 else partial
         incoming = shard if step == p - 2 else work[step % 2][:counts[rb]]
-        comm.Sendrecv(_wire(outgoing), dest=right, sendtag=71, recvbuf=_wire(incoming), source=left,
-                      recvtag=71)
+        _exchange(comm, outgoing, right, incoming, left, 71, wait)
         ufunc(incoming, send[b[rb]], out=incoming)
         partial = incoming
 
 
-def ring_allgather(comm: MPI.Comm, out: np.ndarray, counts) -> None:
+def ring_allgather(comm: MPI.Comm, out: np.ndarray, counts, wait=MPI.Request.Waitall) -> None:
     """Ring all-gather in place: rank i's block i of ``out`` is filled in; afterwards every block is."""
     p, i = comm.Get_size(), comm.Get_rank()
     b = _blocks(counts)
     right, left = (i + 1) % p, (i - 1) % p
     for step in range(p - 1):
         sb, rb = (i - step) % p, (i - step - 1) % p
-        comm.Sendrecv(_wire(out[b[sb]]), dest=right, sendtag=72, recvbuf=_wire(out[b[rb]]), source=left,
-                      recvtag=72)
+        _exchange(comm, out[b[sb]], right, out[b[rb]], left, 72, wait)
 
 

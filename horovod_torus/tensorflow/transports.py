@@ -28,9 +28,10 @@ import tensorflow as tf
 from horovod_torus.fusion import shard_counts
 from horovod_torus.phases import allreduce_buffer
 from horovod_torus.signature import FIELDS, CallSignature, TorusMismatchError, compare
+from horovod_torus.stall import TorusStallError
 from horovod_torus.tensorflow.ops import horovod_allreduce
 
-__all__ = ["HorovodTransport", "mpi_allreduce_op", "as_tf_error", "TorusMismatchTFError"]
+__all__ = ["HorovodTransport", "mpi_allreduce_op", "as_tf_error", "TorusMismatchTFError", "TorusStallTFError"]
 
 
 class TorusMismatchTFError(tf.errors.FailedPreconditionError, TorusMismatchError):
@@ -40,6 +41,15 @@ class TorusMismatchTFError(tf.errors.FailedPreconditionError, TorusMismatchError
     def __init__(self, message: str, fields=()):
         tf.errors.FailedPreconditionError.__init__(self, None, None, message)
         self.fields = tuple(fields)
+
+
+class TorusStallTFError(tf.errors.DeadlineExceededError, TorusStallError):
+    """A stalled torus call, as TensorFlow code sees it: a ``tf.errors.DeadlineExceededError`` that is also
+    a :class:`horovod_torus.stall.TorusStallError` with its ``call``, ``name`` and ``missing`` ranks."""
+
+    def __init__(self, exc: TorusStallError):
+        tf.errors.DeadlineExceededError.__init__(self, None, None, str(exc))
+        self.call, self.name, self.missing, self.deadline = exc.call, exc.name, exc.missing, exc.deadline
 
 
 def as_tf_error(exc: TorusMismatchError) -> TorusMismatchTFError:
@@ -174,10 +184,12 @@ def mpi_allreduce_op(tc, buf: tf.Tensor, signature: CallSignature, prescale: flo
     """
     def fn(a):
         try:
-            with tc.watch():
+            with tc.watch(signature.name):
                 return np.asarray(allreduce_buffer(tc, a, signature, prescale, postscale), dtype=a.dtype)
         except TorusMismatchError as exc:
             raise as_tf_error(exc) from None
+        except TorusStallError as exc:
+            raise TorusStallTFError(exc) from None
 
     with tf.device("/cpu:0"):
         out = tf.numpy_function(fn, [buf], buf.dtype, stateful=True, name="TorusAllreduceMPI")

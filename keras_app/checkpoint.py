@@ -136,9 +136,9 @@ class CheckpointStore:
         except (OSError, ValueError, KeyError, CheckpointError) as err:
             raise CheckpointError(f"checkpoint {path} is damaged ({err}); {fix}") from err
         try:
-            model.load_weights(os.path.join(path, "model.weights.h5"))
-            if not optimizer.built:
+            if not optimizer.built:         # first: Keras loads an optimizer's part of the h5 only if built
                 optimizer.build(model.trainable_variables)
+            model.load_weights(os.path.join(path, "model.weights.h5"))
             with np.load(os.path.join(path, "optimizer.npz")) as data:
                 arrays = [data[k] for k in sorted(data.files)]
             saved_names = meta.get("optimizer_variables")
@@ -151,10 +151,12 @@ class CheckpointStore:
                 missing = [n for n in names if n not in saved]
                 extra = [n for n in saved_names if n not in set(names)]
                 if missing or extra:
+                    accumulation = any("hvd_" in n for n in missing + extra)
                     raise ValueError(f"optimizer variables differ: not in the checkpoint {missing[:5]}"
                                      f"{' ...' if len(missing) > 5 else ''}, only in the checkpoint {extra[:5]}"
-                                     f"{' ...' if len(extra) > 5 else ''} (another optimizer or mixed-precision "
-                                     f"policy?)")
+                                     f"{' ...' if len(extra) > 5 else ''} (" + (
+                                         "another DistributedOptimizer backward_passes_per_step?" if accumulation
+                                         else "another optimizer or mixed-precision policy?") + ")")
                 arrays = [saved[n] for n in names]
             for var, arr in zip(optimizer.variables, arrays):
                 if tuple(var.shape) != arr.shape:

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Multi-host test on an emulated cluster: 2 nodes x 2 ranks, unshaped. Runs
 # tests/cluster/test_multihost.py on every rank in the rails wiring under mpirun, then under horovodrun
-# --gloo, and removes the cluster afterwards whatever happens (trap). Needs root (network namespaces): without it the test is
+# --gloo, and removes the cluster afterwards whatever happens (trap). Counts come from every rank's JUnit
+# XML (tests/parallel/junit_counts.py): a launch fails when any rank's file is missing or reports a
+# failure or an error. Needs root (network namespaces): without it the test is
 # skipped with a message, unless CLUSTER_TEST=require (then it fails).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -21,22 +23,24 @@ logroot=$(mktemp -d /tmp/horovod-torus-cluster-test.XXXXXX)
 trap 'cluster down >/dev/null 2>&1; ip netns list | grep -q "^$NAME-" && echo "cluster test: namespaces left: $(ip netns list)" >&2' EXIT
 trap 'exit 130' INT TERM
 cluster down >/dev/null 2>&1  # a leftover from an interrupted run
-fail=0; total=0
+fail=0; total=0; nodes=2; per_node=2
 # the rails wiring (one NIC per rank) under both launchers
 for launcher in mpirun horovodrun; do
   wiring=rails
   cluster down >/dev/null 2>&1
-  cluster up --nodes 2 --ranks-per-node 2 --wiring "$wiring" --rate none --subnet 10.214.0.0/16 || exit 1
+  cluster up --nodes "$nodes" --ranks-per-node "$per_node" --wiring "$wiring" --rate none --subnet 10.214.0.0/16 || exit 1
   export PAR_LOGDIR="$logroot/$launcher"; mkdir -p "$PAR_LOGDIR"
   echo "== cluster test ($NAME: 2 nodes x 2 ranks, $wiring wiring) under $launcher"
   cluster run --launcher "$launcher" --timeout 300 -- bash tests/parallel/rank_pytest.sh tests/cluster/test_multihost.py \
     > "$PAR_LOGDIR/launcher.log" 2>&1
   rc=$?
-  summary=$(grep -E "(passed|failed).* in [0-9.]+s" "$PAR_LOGDIR/rank0.log" 2>/dev/null | tail -1)
-  p=$(grep -oE "[0-9]+ passed" <<<"$summary" | grep -oE "[0-9]+" || echo 0)
+  counts=$("$PYTHON" tests/parallel/junit_counts.py "$PAR_LOGDIR" $((nodes * per_node))); xml_rc=$?
+  read -r p _ _ summary <<<"$(head -n 1 <<<"$counts")"
+  [[ "$p" =~ ^[0-9]+$ ]] || { p=0; summary="no JUnit XML counts ($counts)"; }
   echo "   rank 0: ${summary:-no pytest summary} (exit $rc)"
-  if [ "$rc" -ne 0 ] || [ "$p" -eq 0 ]; then
-    fail=1; echo "   FAILED: logs in $PAR_LOGDIR"; tail -n 30 "$PAR_LOGDIR/launcher.log"
+  if [ "$rc" -ne 0 ] || [ "$xml_rc" -ne 0 ]; then
+    fail=1; echo "   FAILED: logs in $PAR_LOGDIR"; tail -n +2 <<<"$counts" | sed "s|^|   |"
+    tail -n 30 "$PAR_LOGDIR/launcher.log"
     for r in "$PAR_LOGDIR"/rank*.log; do grep -E "^(FAILED|ERROR)|Error" "$r" | head -5 | sed "s|^|   $(basename "$r"): |"; done
   fi
   total=$((total + p))

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Runs every multi-rank launch listed in tests/parallel/launches.tsv, for real, under mpirun (MPI
-# controller) or horovodrun (Gloo controller), and prints how many tests ran on each launcher.
+# controller) or horovodrun (Gloo controller), and prints how many tests ran on each launcher. The counts
+# come from the JUnit XML file every rank writes (tests/parallel/rank_pytest.sh, junit_counts.py): rank 0's
+# are reported; a launch fails when the launcher exits non-zero, or any rank's file is missing or reports a
+# failure or an error, or rank 0 passed no test.
 # Usage: tests/parallel/run_all.sh [FILTER]   (FILTER: a regex on the launch row, e.g. "horovodrun.*2x2")
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -32,13 +35,13 @@ while IFS=$'\t' read -r launcher np grid targets extra_env; do
   esac
   timeout --kill-after=30 "$LAUNCH_TIMEOUT" "${cmd[@]}" > "$logdir/launcher.log" 2>&1 < /dev/null
   rc=$?
-  summary=$(grep -E "^[0-9]+ (passed|failed)|(passed|failed).* in [0-9.]+s" "$logdir/rank0.log" 2>/dev/null | tail -1)
-  p=$(grep -oE "[0-9]+ passed" <<<"$summary" | grep -oE "[0-9]+" || echo 0)
-  f=$(grep -oE "[0-9]+ (failed|error)" <<<"$summary" | awk "{s+=\$1} END {print s+0}")
-  [ -z "$f" ] && f=0
-  if [ "$rc" -ne 0 ] || [ "$p" -eq 0 ]; then
+  counts=$("$PYTHON" tests/parallel/junit_counts.py "$logdir" "$np"); xml_rc=$?
+  read -r p f _ summary <<<"$(head -n 1 <<<"$counts")"
+  [[ "$p" =~ ^[0-9]+$ && "$f" =~ ^[0-9]+$ ]] || { p=0; f=0; summary="no JUnit XML counts ($counts)"; }
+  if [ "$rc" -ne 0 ] || [ "$xml_rc" -ne 0 ]; then
     bad_launches=$((bad_launches + 1))
-    echo "   FAILED (exit $rc): logs in $logdir"; tail -n 30 "$logdir/launcher.log"
+    echo "   FAILED (exit $rc): logs in $logdir"; tail -n +2 <<<"$counts" | sed "s|^|   |"
+    tail -n 30 "$logdir/launcher.log"
     for r in "$logdir"/rank*.log; do grep -E "^(FAILED|ERROR)|Error" "$r" | head -5 | sed "s|^|   $(basename "$r"): |"; done
   fi
   echo "   rank 0: ${summary:-no pytest summary}"

@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from horovod_torus.strategies.registry import DEFAULT_STRATEGY
 from horovod_torus.tensorflow.gradients import GradientReducer
+from horovod_torus.tensorflow.keras.optimizer_state import WrapperState
 
 __all__ = ["DistributedOptimizer", "is_distributed_optimizer"]
 
@@ -31,6 +32,9 @@ class _DistributedOptimizerMixin:
         self._hvd_reducer.register_local_var(var)
 
     def build(self, variables):
+        """The wrapped optimizer's ``build``, then, for backward_passes_per_step > 1, one zero accumulator
+        per variable (its shape and dtype) and an int64 scalar count of ``apply`` calls; then the values a
+        load before ``build`` kept (:class:`~horovod_torus.tensorflow.keras.optimizer_state.WrapperState`)."""
         super().build(variables)
         if self._hvd_passes > 1:
             self._hvd_accumulators = [
@@ -38,6 +42,41 @@ class _DistributedOptimizerMixin:
                 for v in self._trainable_variables]
             self._hvd_counter = self.add_variable(shape=(), dtype="int64", initializer="zeros",
                                                   name="hvd_backward_passes")
+        self._hvd_state.assign_pending()
+
+    def _hvd_own_variables(self) -> list:
+        """The variables the wrapper adds: the accumulators, then the count (none when k == 1)."""
+        if not hasattr(self, "_hvd_counter"):
+            return []
+        return list(self._hvd_accumulators) + [self._hvd_counter]
+
+    def _hvd_base_variables(self) -> list:
+        """The wrapped class' ``variables`` (the wrapper's own among them, where ``build`` added them)."""
+        return list(super().variables)
+
+    def _hvd_wrapped_variables(self) -> list:
+        """The wrapped class' ``variables``, in its order, without the wrapper's own."""
+        own = {id(v) for v in self._hvd_own_variables()}
+        return [v for v in self._hvd_base_variables() if id(v) not in own]
+
+    @property
+    def variables(self):
+        """The wrapped optimizer's variables in its own order, then the wrapper's (see ``build``)."""
+        return self._hvd_wrapped_variables() + self._hvd_own_variables()
+
+    def save_own_variables(self, store):
+        """Writes what the wrapped optimizer class writes, so that a plain Keras load restores iterations
+        and slots; the wrapper's own variables go to the child group ``_hvd_state``."""
+        self._hvd_state.save_wrapped(store)
+
+    def load_own_variables(self, store):
+        """Assigns what :meth:`save_own_variables` wrote (kept until ``build`` when not built yet).
+
+        Raises:
+            ValueError: the saved count or shapes do not fit (another optimizer or model); the message
+                names both counts and the fix (Keras would warn and drop the state).
+        """
+        self._hvd_state.load_wrapped(store)
 
     def apply(self, grads, trainable_variables=None):
         _refuse_xla()
@@ -128,7 +167,10 @@ def DistributedOptimizer(optimizer, name=None, device_dense='', device_sparse=''
         op: ``hvd.Average`` (default) or ``hvd.Sum``.
         backward_passes_per_step: k >= 1: gradients of k consecutive ``apply`` calls are summed locally
             and all-reduced and applied once, on the k-th call (the other calls only advance
-            ``optimizer.iterations``).
+            ``optimizer.iterations``). The accumulators (one per trainable variable, its shape and
+            dtype) and the int64 pass count are optimizer variables, listed after the wrapped ones in
+            ``variables`` and saved by ``model.save`` / ``save_weights`` apart from them
+            (:mod:`horovod_torus.tensorflow.keras.optimizer_state`) and by ``tf.train.Checkpoint``.
         average_aggregated_gradients: divide the k-step sum by k before the reduction.
         num_groups: deprecated alias of ``groups`` (Horovod's).
         groups: None (default: ONE strategy call reduces all of a step's gradients), an int g (g calls
@@ -182,4 +224,5 @@ def DistributedOptimizer(optimizer, name=None, device_dense='', device_sparse=''
     dist._hvd_reducer = reducer
     dist._hvd_passes = backward_passes_per_step
     dist._hvd_average_aggregated = bool(average_aggregated_gradients)
+    dist._hvd_state = WrapperState(dist)     # saved by Keras as the child object <optimizer>/_hvd_state
     return dist

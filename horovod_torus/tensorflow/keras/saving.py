@@ -5,15 +5,20 @@ during deserialization (Keras 2). Keras 3 restores the optimizer state (iteratio
 rate) into the optimizer it deserializes; wrapping that optimizer afterwards with
 :func:`DistributedOptimizer` builds a NEW optimizer from its config, without that state (iterations
 back to 0, moments zero). :func:`load_model` therefore loads the model with plain Keras, wraps its
-optimizer, copies every optimizer variable into the wrapper and compiles the model again with the
-wrapper and the saved loss and metrics.
+optimizer, compiles the model again with the wrapper and the saved loss and metrics, and loads the
+file's variables again through Keras into the model with the wrapper, which also takes the wrapper's
+own variables (gradient accumulators, :mod:`horovod_torus.tensorflow.keras.optimizer_state`).
 """
 from __future__ import annotations
+
+import warnings
+import zipfile
 
 import keras
 
 from horovod_torus.strategies.registry import DEFAULT_STRATEGY
 from horovod_torus.tensorflow.keras.optimizer import Compression, DistributedOptimizer
+from horovod_torus.tensorflow.keras.optimizer_state import saved_backward_passes
 
 __all__ = ["load_model"]
 
@@ -24,10 +29,11 @@ def load_model(filepath, custom_optimizers=None, custom_objects=None, compressio
 
     Same leading parameters as ``horovod.tensorflow.keras.load_model`` (0.28.1; ``legacy_opts`` is Keras
     2 only and not accepted). The model's optimizer is wrapped in a :func:`DistributedOptimizer` that
-    carries the saved optimizer state: ``iterations``, the learning rate, momenta / Adam moments (every
-    optimizer variable, compared by path and shape). The model is compiled again with the saved loss,
-    metrics and options and that optimizer, with ``jit_compile=False`` (XLA cannot compile Horovod's
-    collectives).
+    carries the saved optimizer state: ``iterations``, the learning rate, momenta / Adam moments, a
+    LossScaleOptimizer's loss scale and, for ``backward_passes_per_step`` > 1, the gradient accumulators
+    and the pass count (every optimizer variable, exactly). ``backward_passes_per_step`` is the one the
+    file was saved with unless given. The model is compiled again with the saved loss, metrics and
+    options and that optimizer, with ``jit_compile=False`` (XLA cannot compile Horovod's collectives).
 
     Args:
         filepath: path of a ``.keras`` file written by ``model.save``.
@@ -38,15 +44,17 @@ def load_model(filepath, custom_optimizers=None, custom_objects=None, compressio
         safe_mode: passed to ``keras.models.load_model``.
         strategy: keyword-only; the all-reduce strategy of the wrapped optimizer (``"torus"``).
         **distributed_optimizer_kwargs: other keyword arguments of :func:`DistributedOptimizer`
-            (``op``, ``groups``, ``gradient_predivide_factor``, ``sparse_as_dense``, ...).
+            (``backward_passes_per_step``, ``op``, ``groups``, ``gradient_predivide_factor``, ...).
 
     Returns:
         The ``keras.Model``, compiled with a DistributedOptimizer (same class name as the saved
         optimizer). A model saved without an optimizer (not compiled) is returned as loaded.
 
     Raises:
-        ValueError: the file cannot be loaded (from Keras), or the loaded optimizer's variables do not
-        match the wrapper's (names and shapes); the message names the first mismatch.
+        ValueError: the file cannot be loaded (from Keras); the saved optimizer variables do not fit the
+        wrapper (counts or shapes: another model or optimizer); or the saved gradient accumulators hold
+        a partial sum and ``backward_passes_per_step`` differs from the saved one. The message names
+        the counts or values and the fix; no state is dropped silently.
         TypeError / ValueError from :func:`DistributedOptimizer` for bad keyword arguments.
 
     Example::
@@ -59,19 +67,30 @@ def load_model(filepath, custom_optimizers=None, custom_objects=None, compressio
     """
     objects = {cls.__name__: cls for cls in custom_optimizers or []}
     objects.update(custom_objects or {})
-    model = keras.models.load_model(filepath, custom_objects=objects, compile=True, safe_mode=safe_mode)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = keras.models.load_model(filepath, custom_objects=objects, compile=True, safe_mode=safe_mode)
     loaded = getattr(model, "optimizer", None)
+    keras_archive = zipfile.is_zipfile(filepath)
+    reload = keras_archive and loaded is not None and loaded.built
+    for w in caught:                    # an optimizer Keras skipped is loaded (or refused) again below
+        if not (reload and str(w.message).startswith("Skipping variable loading for optimizer")):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     if loaded is None:
         return model
-    dist = DistributedOptimizer(loaded, compression=compression, strategy=strategy,
-                                **distributed_optimizer_kwargs)
+    kwargs = dict(distributed_optimizer_kwargs)
+    kwargs.setdefault("backward_passes_per_step", saved_backward_passes(filepath) or 1)
+    dist = DistributedOptimizer(loaded, compression=compression, strategy=strategy, **kwargs)
     with keras.saving.custom_object_scope(objects):
         config = keras.saving.deserialize_keras_object(model.get_compile_config())
     config.update(optimizer=dist, jit_compile=False)
     model.compile(**config)
     if loaded.built:
         dist.build(model.trainable_variables)
-        _copy_state(loaded, dist, filepath)
+        if reload:
+            model.load_weights(filepath)        # Keras' own loading, into the wrapper's save layout
+        else:
+            _copy_state(loaded, dist, filepath)
     return model
 
 

@@ -5,10 +5,11 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 PYTHON="${PYTHON:-$PWD/.venv/bin/python}"
 log=$(mktemp /tmp/horovod-torus-stall.XXXXXX)
+source mpi_scripts/launcher.sh
+launcher_command cmd mpirun --local --np 4 -x HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=10 -x PYTHONPATH="$PWD" \
+  -- "$PYTHON" tests/parallel/test_stall_mpi.py
 start=$(date +%s)
-timeout 90 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 4 \
-  -x HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=10 -x PYTHONPATH="$PWD" \
-  "$PYTHON" tests/parallel/test_stall_mpi.py > "$log" 2>&1 < /dev/null
+timeout 90 "${cmd[@]}" > "$log" 2>&1 < /dev/null
 rc=$?; took=$(( $(date +%s) - start ))
 if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && grep -q "has waited 10 s for the other ranks" "$log" && [ "$took" -lt 80 ]; then
   echo "stall: 1 passed (mpirun exit $rc after ${took} s; message: $(grep -m1 'has waited' "$log" | cut -c1-160))"

@@ -7,4 +7,6 @@ from horovod_torus import tf_defaults as _tf_defaults
 
 __version__ = "0.1.0"
 
-_tf_defaults.apply()  # TensorFlow's oneDNN kernels on x86 unless the user chose (see tf_defaults)
+# TensorFlow's oneDNN kernels on x86 unless the user chose (see tf_defaults). _SET_AT_IMPORT: what this
+# import set in this process, not inherited (horovod_torus.launchers' command line forwards neither)
+_SET_AT_IMPORT = (_tf_defaults.ONEDNN_VAR,) if _tf_defaults.apply() else ()

@@ -16,15 +16,10 @@ OUT=${OUT:-docs/bench_allreduce}
 PYTHON=${PYTHON:-$PWD/.venv/bin/python}
 export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2}
 export HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=${HOROVOD_STALL_SHUTDOWN_TIME_SECONDS:-300}
-opts=(--bind-to none -np "$NP")
-[ "$(id -u)" = 0 ] && opts+=(--allow-run-as-root)
-if [ -n "${HOSTFILE:-}" ]; then opts+=(--hostfile "$HOSTFILE"); else opts+=(--oversubscribe); fi
-for v in PATH LD_LIBRARY_PATH PYTHONPATH TF_CPP_MIN_LOG_LEVEL HOROVOD_STALL_SHUTDOWN_TIME_SECONDS \
-         HOROVOD_TORUS_TRANSPORT HOROVOD_TORUS_BACKEND HOROVOD_FUSION_THRESHOLD HOROVOD_CYCLE_TIME NCCL_DEBUG NCCL_IB_HCA; do
-  [ -n "${!v:-}" ] && opts+=(-x "$v")
-done
-mkdir -p "$(dirname "$OUT")"
-# shellcheck disable=SC2086
-exec mpirun "${opts[@]}" ${MPI_EXTRA:-} "$PYTHON" -m horovod_torus.bench \
+if [ -n "${HOSTFILE:-}" ]; then placement=(--hostfile "$HOSTFILE"); else placement=(--oversubscribe); fi
+source mpi_scripts/launcher.sh
+launcher_command cmd mpirun --np "$NP" "${placement[@]}" --extra="${MPI_EXTRA:-}" -- "$PYTHON" -m horovod_torus.bench \
   -b "${MINBYTES:-4}" -e "${MAXBYTES:-128M}" -f "${FACTOR:-2}" -n "${ITERS:-5}" -w "${WARMUP:-2}" -c 1 \
   --grid "$GRID" --json "$OUT.json" --plot "$OUT.png" "$@"
+mkdir -p "$(dirname "$OUT")"
+exec "${cmd[@]}"

@@ -14,18 +14,17 @@ NP=${NP:-4}; GRID=${GRID:-2x2}; OUT=${OUT:-runs/bench_targets}; ITERS=${ITERS:-1
 SIZES=${SIZES:-8,4K,64K,1M,16M,100M}
 PYTHON=${PYTHON:-$PWD/.venv/bin/python}
 export TF_CPP_MIN_LOG_LEVEL=2 PYTHONWARNINGS=ignore
-run=(mpirun --bind-to none --oversubscribe -np "$NP" -x TF_CPP_MIN_LOG_LEVEL -x PYTHONWARNINGS)
-for v in HOROVOD_TORUS_MIN_BYTES HOROVOD_CYCLE_TIME HOROVOD_TORUS_TRANSPORT HOROVOD_TORUS_BACKEND; do [ -n "${!v:-}" ] && run+=(-x "$v"); done
-[ "$(id -u)" = 0 ] && run+=(--allow-run-as-root)
+source mpi_scripts/launcher.sh
+run() { local cmd; launcher_command cmd mpirun --local --np "$NP" -- "$@"; "${cmd[@]}"; }   # NP ranks here
 mkdir -p "$OUT"
 for k in $(seq 1 "$RUNS"); do
   if (( k % 2 )); then order="mpi,mpi-torus,torus,ring"; pair="torus ring"; else order="mpi,mpi-torus,ring,torus"; pair="ring torus"; fi
   echo "== round $k of $RUNS: all-reduce ($order)"
-  "${run[@]}" "$PYTHON" -m horovod_torus.bench --sizes "$SIZES" -n "$ITERS" -w 3 --grid "$GRID" \
+  run "$PYTHON" -m horovod_torus.bench --sizes "$SIZES" -n "$ITERS" -w 3 --grid "$GRID" \
     --strategies "$order" --json "$OUT/allreduce-$k.json" | tail -n 3
   for s in $pair; do
     echo "== round $k: ResNet-50 steps, strategy $s"
-    "${run[@]}" "$PYTHON" -m horovod_torus.bench.train --strategy "$s" --grid "$GRID" --batch-size "${BATCH:-8}" \
+    run "$PYTHON" -m horovod_torus.bench.train --strategy "$s" --grid "$GRID" --batch-size "${BATCH:-8}" \
       --image-size "${IMAGE:-64}" --steps "${TRAIN_STEPS:-5}" --warmup-steps 2 --sync-iters 3 \
       --json "$OUT/train-$s-$k.json" | grep -E "step \(ms\)|images/s" || true
   done

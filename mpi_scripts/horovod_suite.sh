@@ -20,12 +20,12 @@ echo 'from unittest.mock import *  # common.py imports the old `mock` package' >
 grep -m1 "^import horovod" "$work/test_tensorflow.py"
 export PYTHONPATH="$root:$work" TF_CPP_MIN_LOG_LEVEL=2 PYTHONWARNINGS=ignore HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=${HOROVOD_STALL_SHUTDOWN_TIME_SECONDS:-60}
 args=$(printf '%q ' "$@")
-rootflag=(); [ "$(id -u)" = 0 ] && rootflag=(--allow-run-as-root)
+source "$root/mpi_scripts/launcher.sh"
+launcher_command cmd mpirun --local --np "$NP" -- \
+  bash -c "exec '$PYTHON' -m pytest -p no:cacheprovider -q -rf --junitxml='$OUT'/junit-\$OMPI_COMM_WORLD_RANK.xml $args test_tensorflow.py > '$OUT'/rank-\$OMPI_COMM_WORLD_RANK.log 2>&1"
 cd "$work"
 set +e
-mpirun "${rootflag[@]}" --oversubscribe --bind-to none -np "$NP" -x PYTHONPATH -x TF_CPP_MIN_LOG_LEVEL \
-  -x PYTHONWARNINGS -x HOROVOD_STALL_SHUTDOWN_TIME_SECONDS -x HOROVOD_TORUS_GRID \
-  bash -c "exec '$PYTHON' -m pytest -p no:cacheprovider -q -rf --junitxml='$OUT'/junit-\$OMPI_COMM_WORLD_RANK.xml $args test_tensorflow.py > '$OUT'/rank-\$OMPI_COMM_WORLD_RANK.log 2>&1"
+"${cmd[@]}"
 rc=$?
 tail -n 12 "$OUT/rank-0.log"
 echo "horovod_suite.sh: exit $rc; logs in $OUT"

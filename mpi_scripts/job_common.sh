@@ -16,6 +16,7 @@
 # shellcheck shell=bash
 
 PYTHON=${PYTHON:-$PWD/.venv/bin/python}
+source mpi_scripts/launcher.sh
 IMAGENET_DIR=${IMAGENET_DIR:-/groups/${USER:-$(id -un)}/imagenet/tfrecords}
 OUTPUT_DIR=${OUTPUT_DIR:-runs/imagenet-$NODES-nodes}
 NP=$((NODES * NPERNODE))
@@ -33,11 +34,11 @@ if [ "$choice" = ring ]; then topology=(--strategy ring); else topology=(--strat
 data_dir=$IMAGENET_DIR
 if [ "${STAGE:-1}" = 1 ] && [ -n "${LOCAL_DIR:-}" ]; then
   data_dir=$LOCAL_DIR/imagenet
-  stage=(mpirun -np "$NODES" --map-by ppr:1:node --bind-to none)
-  [ "$(id -u)" = 0 ] && stage+=(--allow-run-as-root)
-  [ -n "${HOSTFILE:-}" ] && stage+=(--hostfile "$HOSTFILE")
-  stage+=("$PYTHON" -m keras_app.data stage --data-dir "$IMAGENET_DIR" --dest "$data_dir"
-          --world-size "$NP" --ranks-per-node "$NPERNODE")
+  hosts=()
+  [ -n "${HOSTFILE:-}" ] && hosts=(--hostfile "$HOSTFILE")
+  launcher_command stage mpirun --np "$NODES" "${hosts[@]}" --map-by ppr:1:node -- \
+    "$PYTHON" -m keras_app.data stage --data-dir "$IMAGENET_DIR" --dest "$data_dir" \
+    --world-size "$NP" --ranks-per-node "$NPERNODE"
   if [ "${DRY_RUN:-0}" = 1 ]; then printf '%q ' "${stage[@]}"; echo; else "${stage[@]}"; fi
 fi
 

@@ -4,8 +4,9 @@
 # One rank per GPU, ranks of a node consecutive (so a torus row = a node with --grid NPERNODExNODES),
 # local rank i uses GPU i (horovod_torus.devices), each rank bound to CORES_PER_RANK physical cores of the
 # NUMA domain (socket) its GPU hangs off when the GPUs' NUMA nodes can be read here (nvidia-smi + sysfs),
-# else to consecutive cores of the node. Every variable named HOROVOD_*, NCCL_*, TF_*, UCX_*, OMP_*, plus
-# PATH, LD_LIBRARY_PATH, PYTHONPATH and CUDA_VISIBLE_DEVICES, that is set here is exported to all ranks.
+# else to consecutive cores of the node. The command line comes from horovod_torus.launchers, which
+# forwards to all ranks every variable set here named HOROVOD_*, NCCL_*, TF_*, UCX_*, OMP_*, plus PATH,
+# LD_LIBRARY_PATH, PYTHONPATH, PYTHON, VIRTUAL_ENV, PYTHONWARNINGS, PYTHONUNBUFFERED, CUDA_VISIBLE_DEVICES.
 #   HOSTFILE   Open MPI hostfile ("host slots=4" lines); unset: the scheduler's allocation / this machine
 #   NP         total ranks (default: 4)          NPERNODE  ranks per node (default: 4)
 #   CORES_PER_RANK  physical cores per rank (default: this node's physical cores / NPERNODE, from
@@ -63,18 +64,11 @@ if [ "${#numa[@]}" -ge "$NPERNODE" ]; then
   [ "$ok" = 1 ] && mapping="ppr:$per:numa:PE=$CORES_PER_RANK"
 fi
 
-exports=()
-for v in PATH LD_LIBRARY_PATH PYTHONPATH CUDA_VISIBLE_DEVICES $(compgen -e | grep -E '^(HOROVOD|NCCL|TF|UCX|OMP)_' || true); do
-  [ -n "${!v:-}" ] && exports+=(-x "$v")
-done
 hosts=()
 [ -n "${HOSTFILE:-}" ] && hosts=(--hostfile "$HOSTFILE")
-root=()
-[ "$(id -u)" = 0 ] && root=(--allow-run-as-root)
-# shellcheck disable=SC2206
-extra=(${MPI_EXTRA:-})
-cmd=(mpirun "${root[@]}" "${hosts[@]}" -np "$NP" --map-by "$mapping" --bind-to core --report-bindings
-     "${exports[@]}" "${extra[@]}" "$PYTHON" -m "$MODULE" "$@")
+source mpi_scripts/launcher.sh
+launcher_command cmd mpirun --np "$NP" "${hosts[@]}" --map-by "$mapping" --bind-to core \
+  --extra=--report-bindings --extra="${MPI_EXTRA:-}" -- "$PYTHON" -m "$MODULE" "$@"
 if [ "${DRY_RUN:-0}" = 1 ]; then
   printf '%q ' "${cmd[@]}"; echo
   exit 0

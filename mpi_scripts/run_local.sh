@@ -12,11 +12,8 @@ shift
 PYTHON=${PYTHON:-$PWD/.venv/bin/python}
 export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2} PYTHONWARNINGS=${PYTHONWARNINGS:-ignore}
 export HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=${HOROVOD_STALL_SHUTDOWN_TIME_SECONDS:-300}
-root=()
-[ "$(id -u)" = 0 ] && root=(--allow-run-as-root)
+source mpi_scripts/launcher.sh
+launcher_command cmd mpirun --local --np "$np" --mca mpi_yield_when_idle 1 -- "$PYTHON" -m keras_app.train "$@"
 start=$(date +%s)
-mpirun "${root[@]}" --oversubscribe --bind-to none -np "$np" \
-  --mca mpi_yield_when_idle 1 \
-  -x TF_CPP_MIN_LOG_LEVEL -x PYTHONWARNINGS -x HOROVOD_STALL_SHUTDOWN_TIME_SECONDS -x PATH \
-  "$PYTHON" -m keras_app.train "$@"
+"${cmd[@]}"
 echo "run_local.sh: $np ranks finished in $(( $(date +%s) - start )) s"

@@ -33,9 +33,13 @@ import sys
 import time
 
 from horovod_torus.atomic import write_json_atomic
+from horovod_torus.launchers import launcher_command
 from horovod_torus.topology import TorusTopology
 
-__all__ = ["square_grid", "launch_command", "efficiency_rows", "markdown_table", "main"]
+__all__ = ["square_grid", "launch_command", "efficiency_rows", "markdown_table", "main", "RANK_ENV"]
+
+#: set on every rank of every launch (``mpirun -x``): no TensorFlow info lines, no Python warnings.
+RANK_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONWARNINGS": "ignore"}
 
 
 def square_grid(ranks: int) -> str:
@@ -45,17 +49,15 @@ def square_grid(ranks: int) -> str:
 
 
 def launch_command(ranks: int, strategy: str, json_path: str, args) -> list[str]:
-    """mpirun -np N python -m horovod_torus.bench.train ... for one measurement (grid: ``args.grids``:
-    ``square`` -> :func:`square_grid`, ``default`` -> horovod_torus' default grid)."""
-    cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", str(ranks),
-           "-x", "TF_CPP_MIN_LOG_LEVEL", "-x", "PYTHONWARNINGS"]
-    if os.geteuid() == 0:
-        cmd.append("--allow-run-as-root")
-    return cmd + [sys.executable, "-m", "horovod_torus.bench.train", "--strategy", strategy,
-                  "--batch-size", str(args.batch_size), "--image-size", str(args.image_size),
-                  "--steps", str(args.steps), "--warmup-steps", "2", "--sync-iters", "3",
-                  "--model", args.model, "--json", json_path] + (
-                      ["--grid", square_grid(ranks)] if args.grids == "square" else [])
+    """mpirun -np N python -m horovod_torus.bench.train ... for one measurement, every rank on this machine
+    (:func:`horovod_torus.launchers.launcher_command`, :data:`RANK_ENV` set on the ranks; grid:
+    ``args.grids``: ``square`` -> :func:`square_grid`, ``default`` -> horovod_torus' default grid)."""
+    program = [sys.executable, "-m", "horovod_torus.bench.train", "--strategy", strategy,
+               "--batch-size", str(args.batch_size), "--image-size", str(args.image_size),
+               "--steps", str(args.steps), "--warmup-steps", "2", "--sync-iters", "3",
+               "--model", args.model, "--json", json_path] + (
+                   ["--grid", square_grid(ranks)] if args.grids == "square" else [])
+    return launcher_command("mpirun", ranks, program, local=True, env=RANK_ENV)
 
 
 def _predict(calibration: dict | None, strategy: str, ranks: int, grid: str, grad_bytes: int):
@@ -157,7 +159,6 @@ def main(argv=None) -> int:
         raise SystemExit(f"--runs {args.runs} must be >= 1")
     calibration = _calibration(args.calibrate)
     os.makedirs(args.out, exist_ok=True)
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONWARNINGS": "ignore"}
     results: dict = {}
     for k in range(1, args.runs + 1):
         order = strategies if k % 2 else strategies[::-1]
@@ -166,7 +167,7 @@ def main(argv=None) -> int:
                 path = os.path.join(args.out, f"train-{n}-{s.replace(':', '_')}-{k}.json")
                 print(f"== round {k}/{args.runs}: {n} rank(s), {s}", flush=True)
                 t0 = time.perf_counter()
-                rc = subprocess.call(launch_command(n, s, path, args), env=env, stdout=subprocess.DEVNULL)
+                rc = subprocess.call(launch_command(n, s, path, args), stdout=subprocess.DEVNULL)
                 if rc != 0:
                     raise SystemExit(f"the launch of {n} rank(s), strategy {s} failed (exit {rc})")
                 doc = json.load(open(path))

@@ -23,6 +23,8 @@ import time
 
 import pytest
 
+from horovod_torus.launchers import launcher_command
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PYTHON = os.environ.get("PYTHON", sys.executable)
 NP = 4
@@ -43,11 +45,9 @@ def _env():
 
 
 def _command(launcher, out, *extra):
+    """NP ranks of the app on this machine (run in the environment :func:`_env`)."""
     app = [PYTHON] + ARGS + ["--output-dir", out] + list(extra)
-    if launcher == "mpirun":
-        return ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(NP),
-                "-x", "PYTHONPATH", "-x", "TF_CPP_MIN_LOG_LEVEL", "-x", "PYTHONWARNINGS", "-x", "PATH"] + app
-    return ["horovodrun", "--gloo", "-np", str(NP), "-H", f"localhost:{NP}", "--disable-cache"] + app
+    return launcher_command(launcher, NP, app, local=True, environ=_env())
 
 
 def _descendants(root):

@@ -23,14 +23,10 @@ while IFS=$'\t' read -r launcher np grid targets extra_env; do
   n=$((n + 1)); logdir="$logroot/$n-$launcher-np$np-$grid"; mkdir -p "$logdir"
   echo "== $launcher -np $np grid $grid ${extra_env:+[$extra_env] }: $targets"
   xs=(); for kv in $extra_env; do xs+=(-x "$kv"); done
-  case "$launcher" in
-    mpirun) cmd=(mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$np"
-                 -x HOROVOD_TORUS_GRID="$grid" -x PAR_LOGDIR="$logdir" -x PYTHON -x PATH
-                 -x TF_CPP_MIN_LOG_LEVEL -x PYTHONWARNINGS -x HOROVOD_STALL_SHUTDOWN_TIME_SECONDS
-                 "${xs[@]}" bash tests/parallel/rank_pytest.sh $targets) ;;
-    horovodrun) cmd=(env HOROVOD_TORUS_GRID="$grid" PAR_LOGDIR="$logdir" $extra_env
-                 horovodrun --gloo -np "$np" -H "localhost:$np" --disable-cache
-                 bash tests/parallel/rank_pytest.sh $targets) ;;
+  case "$launcher" in   # the command line from horovod_torus.launchers: every rank here
+    mpirun|horovodrun) mapfile -d '' cmd < <("$PYTHON" -m horovod_torus.launchers "$launcher" --print0 --local \
+                 --np "$np" -x HOROVOD_TORUS_GRID="$grid" -x PAR_LOGDIR="$logdir" "${xs[@]}" \
+                 -- bash tests/parallel/rank_pytest.sh $targets) ;;
     *) echo "unknown launcher '$launcher' in launches.tsv" >&2; exit 2 ;;
   esac
   timeout --kill-after=30 "$LAUNCH_TIMEOUT" "${cmd[@]}" > "$logdir/launcher.log" 2>&1 < /dev/null

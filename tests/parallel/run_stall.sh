@@ -6,10 +6,11 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 PYTHON="${PYTHON:-$PWD/.venv/bin/python}"
 log=$(mktemp /tmp/horovod-torus-stall.XXXXXX)
+source mpi_scripts/launcher.sh
+launcher_command cmd mpirun --local --np 4 -x HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=10 -x PYTHONPATH="$PWD" \
+  -- "$PYTHON" tests/parallel/test_stall_mpi.py
 start=$(date +%s)
-timeout 90 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 4 \
-  -x HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=10 -x PYTHONPATH="$PWD" \
-  "$PYTHON" tests/parallel/test_stall_mpi.py > "$log" 2>&1 < /dev/null
+timeout 90 "${cmd[@]}" > "$log" 2>&1 < /dev/null
 rc=$?; took=$(( $(date +%s) - start ))
 ok=$(grep -c "^STALL OK rank [012] call 3 missing \[3\]" "$log"); cleaned=$(grep -c "^CLEANUP rank [012]" "$log")
 if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$ok" -eq 3 ] && [ "$cleaned" -eq 3 ] && ! grep -q "^STALL WRONG" "$log" \

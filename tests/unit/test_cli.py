@@ -12,7 +12,7 @@ from horovod_torus import __version__
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CLIS = ["keras_app.train", "keras_app.data", "horovod_torus.plan", "horovod_torus.doctor", "horovod_torus.bench",
-        "horovod_torus.bench.train", "horovod_torus.bench.report"]
+        "horovod_torus.bench.train", "horovod_torus.bench.report", "horovod_torus.launchers"]
 
 
 @pytest.mark.parametrize("module", CLIS)

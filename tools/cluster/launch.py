@@ -14,17 +14,17 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import pathlib
 import shlex
 
+from horovod_torus.launchers import LAUNCHERS, horovodrun_command, mpirun_command
 from tools.cluster.layout import ClusterSpec
 
-__all__ = ["ClusterFiles", "LAUNCHERS", "mpirun_argv", "horovodrun_argv", "in_node", "FORWARDED_ENV"]
+__all__ = ["ClusterFiles", "LAUNCHERS", "mpirun_argv", "horovodrun_argv", "in_node", "HARNESS_ENV"]
 
-LAUNCHERS = ("mpirun", "horovodrun")
-
-#: environment variables mpirun forwards to the ranks with -x when they are set (plus every HOROVOD_*).
-FORWARDED_ENV = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "PYTHON", "PYTHONWARNINGS",
-                 "PYTHONUNBUFFERED", "TF_CPP_MIN_LOG_LEVEL", "PAR_LOGDIR", "OMP_NUM_THREADS")
+#: forwarded through mpirun (when set) besides horovod_torus.launchers' rule (``forwarded_env``): the
+#: shared log folder of the multi-rank test harness (tests/cluster/run.sh, rank_pytest.sh).
+HARNESS_ENV = ("PAR_LOGDIR",)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,45 +74,39 @@ def _check_np(spec: ClusterSpec, np):
 
 def mpirun_argv(spec: ClusterSpec, files: ClusterFiles, command, np: int | None = None, mca=(),
                 env_names=(), environ=None) -> list[str]:
-    """``mpirun ...`` (run inside node0) for ``command`` (argv list) on ``np`` ranks (default all).
+    """``mpirun ...`` (run inside node0) for ``command`` (argv list) on ``np`` ranks (default all):
+    :func:`horovod_torus.launchers.mpirun_command` with the emulator's hostfile, agent and NICs.
 
     Args:
         mca: (name, value) pairs added as ``--mca name value`` (e.g. a forced collective algorithm).
-        env_names: more environment variables to forward with ``-x`` (when set in ``environ``).
+        env_names: more environment variables to forward with ``-x`` (when set in ``environ``), besides
+            the launchers' rule and :data:`HARNESS_ENV`.
         environ: the environment to look the names up in (default os.environ).
     """
     np = _check_np(spec, np)
-    environ = os.environ if environ is None else environ
     if not command:
         raise ValueError("no command to launch: give it after --")
-    argv = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(np),
-            "--hostfile", files.hostfile,
-            "--mca", "plm", "rsh", "--mca", "plm_rsh_agent", files.agent, "--mca", "plm_rsh_no_tree_spawn", "1",
-            "--mca", "btl", "tcp,vader,self",
-            "--mca", "btl_tcp_if_include", ",".join(spec.nic_name(k) for k in range(spec.nics)),
-            "--mca", "oob_tcp_if_include", spec.nic_name(0),
-            # every "node" shares this machine's cores: a rank waiting in MPI yields its core instead of
-            # spinning (Open MPI would spin: each node's slots are not oversubscribed in its eyes)
-            "--mca", "mpi_yield_when_idle", "1"]
-    for name, value in mca:
-        argv += ["--mca", str(name), str(value)]
-    names = list(dict.fromkeys([*FORWARDED_ENV, *sorted(k for k in environ if k.startswith("HOROVOD_")),
-                                *env_names]))
-    for name in names:
-        if name in environ:
-            argv += ["-x", name]
-    return argv + [files.bindnic, *command]
+    emulator = [("plm", "rsh"), ("plm_rsh_agent", files.agent), ("plm_rsh_no_tree_spawn", 1),
+                ("btl", "tcp,vader,self"),
+                ("btl_tcp_if_include", ",".join(spec.nic_name(k) for k in range(spec.nics))),
+                ("oob_tcp_if_include", spec.nic_name(0)),
+                # every "node" shares this machine's cores: a rank waiting in MPI yields its core instead of
+                # spinning (Open MPI would spin: each node's slots are not oversubscribed in its eyes)
+                ("mpi_yield_when_idle", 1)]
+    return mpirun_command(np, [files.bindnic, *command], hosts=pathlib.Path(files.hostfile), oversubscribe=True,
+                          allow_run_as_root=True, mca=[*emulator, *mca], env_names=[*HARNESS_ENV, *env_names],
+                          environ=environ)
 
 
 def horovodrun_argv(spec: ClusterSpec, files: ClusterFiles, command, np: int | None = None,
                     extra=(), start_timeout: int = 120) -> list[str]:
-    """``horovodrun --gloo ...`` (run inside node0, with ``files.bin`` first on PATH) for ``command``."""
+    """``horovodrun --gloo ...`` (run inside node0, with ``files.bin`` first on PATH) for ``command``:
+    :func:`horovod_torus.launchers.horovodrun_command` with the emulator's hosts and driver NIC."""
     np = _check_np(spec, np)
     if not command:
         raise ValueError("no command to launch: give it after --")
-    return ["horovodrun", "--gloo", "--disable-cache", "-np", str(np), "-H", spec.horovodrun_hosts(),
-            "--network-interface", spec.nic_name(0), "--start-timeout", str(start_timeout), *extra,
-            files.bindnic, *command]
+    return horovodrun_command(np, [files.bindnic, *command], hosts=spec.horovodrun_hosts(),
+                              network_interfaces=spec.nic_name(0), start_timeout=start_timeout, extra=extra)
 
 
 def in_node(files: ClusterFiles, spec: ClusterSpec, argv, node: int = 0) -> list[str]:

@@ -35,6 +35,7 @@ from horovod_torus.tensorflow.runtime import (  # noqa: F401
 )
 from horovod_torus.tensorflow.torus import TorusAllreduce  # noqa: F401
 from horovod_torus.signature import TorusMismatchError  # noqa: F401
+from horovod_torus.stall import TorusStallError  # noqa: F401
 from horovod_torus.agreement import SettingsMismatchError  # noqa: F401
 from horovod_torus.topology import TorusTopology  # noqa: F401
 from horovod_torus.tensorflow.reductions import allreduce, grouped_allreduce  # noqa: F401

@@ -6,6 +6,13 @@ import os
 import sys
 import time
 
+
+def report(rank, line):
+    """One result line: printed, and appended to STALL_DIR/rank<R>.txt (launcher output interleaves)."""
+    print(line, flush=True)
+    with open(os.path.join(os.environ.get("STALL_DIR", "/tmp"), f"rank{rank}.txt"), "a") as fh:
+        fh.write(line + "\n")
+
 import numpy as np
 from mpi4py import MPI
 
@@ -28,9 +35,9 @@ def main():
             took = time.monotonic() - start
             ok = (exc.call == 3 and exc.missing == (3,) and "call 3" in str(exc) and "rank(s) [3]" in str(exc)
                   and deadline <= took <= deadline + 10)
-            print(f"STALL {'OK' if ok else 'WRONG'} rank {rank} call {exc.call} missing {list(exc.missing)} after "
-                  f"{took:.1f} s: {exc}", flush=True)
-            print(f"CLEANUP rank {rank}", flush=True)  # a user's finally / on_train_end runs here
+            report(rank, f"STALL {'OK' if ok else 'WRONG'} rank {rank} call {exc.call} missing {list(exc.missing)} "
+                         f"after {took:.1f} s: {exc}")
+            report(rank, f"CLEANUP rank {rank}")  # a user's finally / on_train_end runs here
             sys.exit(1)
     if rank == 3:
         time.sleep(120)  # alive but never calling again

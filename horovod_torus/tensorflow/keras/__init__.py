@@ -24,6 +24,8 @@ from horovod_torus.tensorflow.runtime import (  # noqa: F401
     backend, grid, init, settings, shutdown, torus, torus_process_sets, transport,
 )
 from horovod_torus.tensorflow.torus import TorusAllreduce  # noqa: F401
+from horovod_torus.signature import TorusMismatchError  # noqa: F401,E402
+from horovod_torus.stall import TorusStallError  # noqa: F401,E402
 from horovod_torus.tensorflow.keras import callbacks  # noqa: F401,E402
 from horovod_torus.tensorflow.keras.saving import load_model  # noqa: F401,E402
 from horovod_torus.tensorflow.reductions import allreduce as _allreduce  # noqa: E402

@@ -1,0 +1,59 @@
+"""Keras' own TerminateOnNaN deciding on one rank only (a NaN in rank 0's batch), no StopTogetherCallback,
+mpi transport: rank 0 stops, the others wait in the next gradient all-reduce and must get a Python
+exception naming the call and the missing rank within the deadline + 10 s, so that their finally blocks
+run; the job then ends non-zero. Inside fit's tf.function TensorFlow's py-function boundary turns
+TorusStallTFError (a tf.errors.DeadlineExceededError eagerly) into tf.errors.UnknownError with its message. Launched by
+tests/parallel/run_stall.sh with a 10 s deadline; prints one line per rank that run_stall.sh checks."""
+import os
+import sys
+import time
+
+
+def report(rank, line):
+    """One result line: printed, and appended to STALL_DIR/rank<R>.txt (launcher output interleaves)."""
+    print(line, flush=True)
+    with open(os.path.join(os.environ.get("STALL_DIR", "/tmp"), f"rank{rank}.txt"), "a") as fh:
+        fh.write(line + "\n")
+
+import horovod_torus.tensorflow.keras as hvd  # before TensorFlow (oneDNN default)
+import keras
+import numpy as np
+import tensorflow as tf
+
+
+def main():
+    hvd.init(grid="2x2")
+    rank, deadline = hvd.rank(), hvd.settings().stall_seconds
+    assert hvd.transport() == "mpi" and deadline == float(os.environ["HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"])
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.01)), loss="mse")
+    x = np.ones((16, 2), np.float32)
+    if rank == 0:
+        x[6:8] = np.nan  # rank 0's fourth batch gives a NaN loss: Keras stops rank 0 there
+    start = None
+
+    class Clock(keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
+            nonlocal start
+            start = time.monotonic()
+
+    try:
+        model.fit(x, np.ones((16, 1), np.float32), batch_size=2, epochs=1, shuffle=False, verbose=0,
+                  callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0), Clock(),
+                             keras.callbacks.TerminateOnNaN()])
+        report(rank, f"FIT RETURNED rank {rank} after stop_training={model.stop_training}")
+    except (tf.errors.DeadlineExceededError, tf.errors.UnknownError) as exc:
+        took = time.monotonic() - start
+        ok = ("TorusStallTFError: horovod_torus: torus all-reduce call" in str(exc) and "rank(s) [0]" in str(exc)
+              and "did not make this call" in str(exc) and deadline <= took <= deadline + 10)
+        report(rank, f"KERAS STALL {'OK' if ok else 'WRONG'} rank {rank} after {took:.1f} s: {str(exc)[:200]}")
+        sys.exit(1)
+    finally:
+        report(rank, f"FINALLY rank {rank}")
+    if rank == 0:
+        time.sleep(60)  # the stopped rank stays alive; the job's end comes from the others' MPI_Abort
+
+
+if __name__ == "__main__":
+    main()

@@ -19,10 +19,11 @@ ifneq ($(GPU),)
 HVD_FLAGS += HOROVOD_GPU_OPERATIONS=NCCL
 endif
 
-.PHONY: help setup test unit parallel demo ablation bench cluster-bench cluster-train clean
+.PHONY: help setup test unit parallel docs demo ablation bench cluster-bench cluster-train clean
 help:
 	@echo "make setup   install apt packages, .venv, the pinned stack and Horovod 0.28.1 (idempotent)"
 	@echo "make test    setup + unit tests + multi-rank tests under mpirun and horovodrun"
+	@echo "make docs    results pages from docs/*.json + the docs site in docs/_build/html (Sphinx, warnings are errors)"
 	@echo "make demo    setup + ResNet-50 on Fashion-MNIST, 4 ranks on a 2x2 torus (NP=N: N ranks)"
 	@echo "make setup GPU=1   the GPU stack: tensorflow[and-cuda], Horovod with NCCL (needs CUDA + NCCL)"
 	@echo "make ablation  setup + batch-size control / label smoothing ablation, 4 arms x 2 seeds (about 70 min on 2 cores)"
@@ -71,10 +72,17 @@ parallel: setup
 
 test: setup
 	$(PY) -m pytest -q tests/unit
+	@$(MAKE) --no-print-directory docs
 	@bash tests/parallel/run_all.sh
 	@bash tests/parallel/run_stall.sh
 	@bash tests/cluster/run.sh
 	$(PY) -m pytest -q -p no:cacheprovider tests/fault
+
+# The docs site: the results pages (docs/results/*.md) and the README's result tables from the JSON files
+# in docs/ (tools/docs_results.py), then Sphinx over docs/ (-E: every page read again, so every warning shows).
+docs: $(STAMPS)/horovod $(STAMPS)/project
+	$(PY) -m tools.docs_results
+	$(VENV)/bin/sphinx-build -q -E -W --keep-going -b html docs docs/_build/html
 
 # NP ranks on the default grid (2x2 for 4, as in the README; else a node's ranks in one row), the demo's
 # global batches rounded down to multiples of NP (256 and 512 for 1, 2, 4, 8 ranks; 252 and 510 for 6).

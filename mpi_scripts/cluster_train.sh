@@ -25,16 +25,5 @@ for s in torus ring; do
     --batch-size "${BATCH:-2}" --image-size "${IMAGE:-32}" --steps "${STEPS:-3}" --warmup-steps 1 \
     --sync-iters "${SYNC_ITERS:-2}" --grid "${RANKS}x${NODES}" --json "$OUT/$s.json" 2>&1 | grep -v "^\[[0-9]*\]<stderr>" | tail -12 || rc=1
 done
-"$PYTHON" - "$OUT" <<'PY'
-import json, os, sys
-out = sys.argv[1]
-res = {s: json.load(open(os.path.join(out, f"{s}.json"))) for s in ("torus", "ring") if os.path.exists(os.path.join(out, f"{s}.json"))}
-print("| strategy | step (s, avg) | gradient sync alone (s) | sync / step | images/s |\n|---|---|---|---|---|")
-for s, r in res.items():
-    r = r.get("result", r)
-    print(f"| {s} | {r['step_time_s']['avg']:.2f} | {r['sync_time_s']['avg']:.2f} | {r['sync_share']:.0%} | {r['images_per_s']:.2f} |")
-if len(res) == 2:
-    t, g = (res[s].get("result", res[s]) for s in ("torus", "ring"))
-    print(f"torus / ring: images/s {t['images_per_s'] / g['images_per_s']:.2f}x, sync time {t['sync_time_s']['avg'] / g['sync_time_s']['avg']:.2f}")
-PY
+"$PYTHON" -c 'import sys; from tools.cluster.results import print_train_comparison; print_train_comparison(sys.argv[1])' "$OUT"
 exit $rc

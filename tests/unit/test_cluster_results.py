@@ -4,7 +4,7 @@ import pytest
 
 from tools.cluster.results import (
     add_predictions, fit_link, fit_or_origin, forced_algorithm, format_rows_table, format_targets, label, launches,
-    make_cluster, predict_row, rows_from_doc, target_ratios,
+    make_cluster, predict_row, rows_from_doc, target_ratios, format_train_table, print_train_comparison,
 )
 from horovod_torus.costmodel import (
     Cluster, Link, cluster_halving_doubling_time, cluster_hierarchical_time, cluster_ring_time, cluster_torus_time,
@@ -127,3 +127,21 @@ def test_predictions_and_targets():
     table = format_rows_table(rows, "rails").splitlines()
     assert table[0].startswith("| size | torus (gloo) | ring (gloo) | mpi-torus (mpirun) | mpi (mpirun)")
     assert table[2].startswith("| 8 MiB | 0.400 (")
+
+
+def _train_doc(strategy, step, sync, ips):
+    return {"strategy": strategy, "step_time_s": {"avg": step}, "sync_time_s": {"avg": sync},
+            "sync_share": sync / step, "images_per_s": ips, "global_batch": 16}
+
+
+def test_train_table_and_comparison(tmp_path, capsys):
+    import json
+
+    torus, ring = _train_doc("torus", 5.0, 4.0, 3.2), _train_doc("ring", 8.0, 6.0, 2.0)
+    table = format_train_table({"mpirun, torus": torus, "mpirun, ring": {"result": ring}})
+    assert table.splitlines()[2] == "| mpirun, torus | torus | 5.00 | 4.00 | 80% | 3.20 (16) |"
+    assert table.splitlines()[3] == "| mpirun, ring | ring | 8.00 | 6.00 | 75% | 2.00 (16) |"
+    for name, doc in (("torus", torus), ("ring", ring)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(doc))
+    print_train_comparison(str(tmp_path))
+    assert capsys.readouterr().out.splitlines()[-1] == "torus / ring: images/s 1.60x, sync time 0.67"

@@ -35,7 +35,7 @@ from horovod_torus.costmodel import (
 __all__ = ["Launch", "OMPI_ALGORITHMS", "MODEL_OF", "MPI_COLUMN", "fit_exchange_efficiency", "launches",
            "rows_from_doc", "fit_link", "make_cluster",
            "predict_row", "add_predictions", "fit_or_origin", "label", "forced_algorithm", "target_ratios", "format_rows_table", "format_targets",
-           "TARGET_SIZES"]
+           "format_train_table", "print_train_comparison", "TARGET_SIZES"]
 
 #: Open MPI 4.1 coll_tuned_allreduce_algorithm numbers (ompi_info --param coll tuned --level 9).
 OMPI_ALGORITHMS = {"basic_linear": 1, "nonoverlapping": 2, "recursive_doubling": 3, "ring": 4,
@@ -301,3 +301,35 @@ def format_rows_table(rows, wiring: str) -> str:
                 f" ({r['predicted_s']:.3f})" if r.get("predicted_s") is not None else ""))
         lines.append(f"| {_mib(n)} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def format_train_table(results: dict) -> str:
+    """A markdown table of training-benchmark JSONs (``python -m horovod_torus.bench.train --json``), one
+    row per ``{label: document}``: label | strategy | step (s, avg) | gradient sync alone (s) | sync / step |
+    images/s (global batch)."""
+    lines = ["| run | strategy | step (s, avg) | gradient sync alone (s) | sync / step | images/s (global batch) |",
+             "|---|---|---|---|---|---|"]
+    for name, doc in results.items():
+        r = doc.get("result", doc)
+        lines.append(f"| {name} | {r['strategy']} | {r['step_time_s']['avg']:.2f} | {r['sync_time_s']['avg']:.2f} | "
+                     f"{r['sync_share']:.0%} | {r['images_per_s']:.2f} ({r['global_batch']}) |")
+    return "\n".join(lines)
+
+
+def print_train_comparison(out_dir: str) -> None:
+    """Print the table of ``OUT/torus.json`` and ``OUT/ring.json`` (those that exist) and, with both, the
+    torus / ring ratios of images/s and of the gradient sync time (``mpi_scripts/cluster_train.sh``)."""
+    import json
+    import os
+
+    res = {}
+    for s in ("torus", "ring"):
+        path = os.path.join(out_dir, f"{s}.json")
+        if os.path.exists(path):
+            with open(path) as f:
+                res[s] = json.load(f)
+    print(format_train_table(res))
+    if len(res) == 2:
+        t, g = (res[s].get("result", res[s]) for s in ("torus", "ring"))
+        print(f"torus / ring: images/s {t['images_per_s'] / g['images_per_s']:.2f}x, sync time "
+              f"{t['sync_time_s']['avg'] / g['sync_time_s']['avg']:.2f}")

@@ -52,10 +52,10 @@ def load_model(filepath, custom_optimizers=None, custom_objects=None, compressio
 
     Raises:
         ValueError: the file cannot be loaded (from Keras); the saved optimizer variables do not fit the
-        wrapper (counts or shapes: another model or optimizer); or the saved gradient accumulators hold
-        a partial sum and ``backward_passes_per_step`` differs from the saved one. The message names
-        the counts or values and the fix; no state is dropped silently.
-        TypeError / ValueError from :func:`DistributedOptimizer` for bad keyword arguments.
+            wrapper (counts or shapes: another model or optimizer); or the saved gradient accumulators hold
+            a partial sum and ``backward_passes_per_step`` differs from the saved one. The message names
+            the counts or values and the fix; no state is dropped silently.
+        TypeError, ValueError: from :func:`DistributedOptimizer` for bad keyword arguments.
 
     Example::
 

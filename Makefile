@@ -84,11 +84,10 @@ docs: $(STAMPS)/horovod $(STAMPS)/project
 	$(PY) -m tools.docs_results
 	$(VENV)/bin/sphinx-build -q -E -W --keep-going -b html docs docs/_build/html
 
-# NP ranks on the default grid (2x2 for 4, as in the README; else a node's ranks in one row), the demo's
-# global batches rounded down to multiples of NP (256 and 512 for 1, 2, 4, 8 ranks; 252 and 510 for 6).
+# NP ranks on the default grid (2x2 for 4, as in the README; else a node's ranks in one row); the app rounds
+# the preset's global batches down to multiples of NP (256 and 512 for 1, 2, 4, 8 ranks; 252 and 510 for 6).
 demo: setup
-	@bash mpi_scripts/run_local.sh $(NP) --preset fashion_mnist_demo $(if $(filter 4,$(NP)),--grid 2x2) \
-	  --batch-schedule 0:$$(( 256 / $(NP) * $(NP) )),1:$$(( 512 / $(NP) * $(NP) ))
+	@bash mpi_scripts/run_local.sh $(NP) --preset fashion_mnist_demo $(if $(filter 4,$(NP)),--grid 2x2)
 
 # Four arms (small batch; large batch; + batch-size control; + label smoothing) x SEEDS, NP ranks each:
 # docs/ablation.json, docs/ablation.png and a Markdown table (tools/ablation.py). Not part of make test.

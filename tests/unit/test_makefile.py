@@ -1,11 +1,14 @@
 """Makefile recipes, read with `make -n` (nothing is installed): the GPU stack, the apt-less set-up on a
-machine with its own MPI (run for real on the stamp target), `make demo NP=N` for N = 1, 2, 4, 6, 8, and the
-tool targets (cluster-bench, ablation, cluster-train) running the drivers in tools/."""
+machine with its own MPI (run for real on the stamp target), `make demo NP=N` for N = 1, 2, 4, 6, 8 (the
+app rounds the preset's batches to N), and the tool targets (cluster-bench, ablation, cluster-train)
+running the drivers in tools/."""
 import os
 import shutil
 import subprocess
 
 import pytest
+
+from keras_app.train import configure
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -57,9 +60,11 @@ def test_demo_any_rank_count(tmp_path, np_):
                            capture_output=True, text=True, check=True).stdout.split()
     assert words[0] == str(np_)
     assert ("--grid" in words) == (np_ == 4) and (np_ != 4 or words[words.index("--grid") + 1] == "2x2")
-    schedule = words[words.index("--batch-schedule") + 1]
-    batches = [int(item.split(":")[1]) for item in schedule.split(",")]
+    assert "--batch-schedule" not in words      # the app rounds the preset's batches (one rule: run_local.sh too)
+    cfg, notes = configure(words[1:], np_)
+    batches = [int(item.split(":")[1]) for item in cfg.train.batch_schedule.split(",")]
     assert all(b % np_ == 0 for b in batches) and 256 - np_ < batches[0] <= 256 and 512 - np_ < batches[1] <= 512
+    assert bool(notes) == (np_ == 6)
 
 
 def test_tool_targets_run_the_drivers_in_tools(tmp_path):

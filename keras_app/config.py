@@ -165,6 +165,17 @@ PRESETS: dict[str, dict[str, dict]] = {
         "train": {"epochs": 3, "batch_schedule": "0:256,1:512", "output_dir": "runs/fashion_mnist_demo",
                   "intra_op_threads": 1, "inter_op_threads": 1},
     },
+    # `make smoke`: about a minute on 2 cores with 4 ranks (start-up included), the tiny model on 20,000
+    # training images, validated on the whole test set; the Makefile checks its val top-1 (>= 0.5, chance
+    # 0.1). Measurements: docs/guide/app.md.
+    "fashion_mnist_quick": {
+        "data": {"dataset": "fashion_mnist", "train_examples": 20000, "val_examples": 0, "pipeline_threads": 1},
+        "model": {"arch": "tiny", "bn_momentum": 0.9},
+        "optim": {"optimizer": "adam", "base_lr": 0.01, "base_batch": 256, "warmup_epochs": 0.2,
+                  "decay": "cosine", "label_smoothing": 0.1},
+        "train": {"epochs": 3, "batch_schedule": "0:128,2:256", "output_dir": "runs/smoke",
+                  "intra_op_threads": 1, "inter_op_threads": 1, "verbose": 2},
+    },
     # ResNet-50 on 1,024 images (tests, the code path of the real model): its top-1 is near chance.
     "fashion_mnist_smoke": {
         "data": {"dataset": "fashion_mnist", "train_examples": 1024, "val_examples": 512, "pipeline_threads": 1},

@@ -1,7 +1,9 @@
 """The app's command line as a new user meets it: ``--help`` (a help text per flag that is not the flag's
-name, the registered strategies, the preset's values as the defaults), configuration errors (printed once,
-by rank 0, without a traceback, with the fix; every rank exits 2; one real 3-rank mpirun launch), and the
-batch schedule rounded down to the rank count when the user did not choose it."""
+name, the registered strategies, the preset's values as the defaults), the quick preset and ``make smoke``'s
+check (keras_app.expect), configuration errors (printed once, by rank 0, without a traceback, with the fix;
+every rank exits 2; one real 3-rank mpirun launch), and the batch schedule rounded down to the rank count
+when the user did not choose it."""
+import json
 import os
 import re
 import shutil
@@ -75,6 +77,13 @@ def test_preset_help_shows_the_preset_values(help_of):
     assert abci["--dataset"].endswith("(default: 'imagenet_tfrecord')") and abci["--epochs"].endswith("(default: 90)")
 
 
+def test_quick_preset_validates():
+    cfg = parse_args(["--preset", "fashion_mnist_quick"])
+    for size in (1, 2, 4):
+        cfg.validate(size)
+    assert cfg.model.arch == "tiny" and cfg.data.val_examples == 0 and cfg.train.output_dir == "runs/smoke"
+
+
 @pytest.mark.parametrize("np_,expect", [(1, "0:256,1:512"), (2, "0:256,1:512"), (3, "0:255,1:510"),
                                         (6, "0:252,1:510"), (7, "0:252,1:511"), (300, "0:300,1:300")])
 def test_round_batch_schedule(np_, expect):
@@ -140,3 +149,24 @@ def test_three_rank_launch_prints_the_error_once_without_a_traceback(tmp_path):
     assert out.stderr.count("keras_app: configuration error: global batch 256") == 1, out.stderr
     assert "e.g. --batch-schedule 0:255" in out.stderr and "Traceback" not in out.stderr + out.stdout
     assert not (tmp_path / "run").exists()
+
+
+def _summary(top1, classes=10):
+    return {"final": {"val_top1": top1, "val_top5": None, "train_seconds": 30.0},
+            "config": {"data": {"num_classes": classes}}}
+
+
+def test_expect_states_the_top1_and_the_time_against_the_thresholds(tmp_path, capsys):
+    from keras_app.expect import main, verdict
+    assert verdict(_summary(0.7201), name="make smoke", min_top1=0.5, seconds=41, target_seconds=60) == (
+        True, "make smoke: val top-1 0.7201 >= 0.50 expected (chance 0.10): OK; 41 s wall (within the 60 s target)")
+    assert verdict(_summary(0.12), name="smoke", min_top1=0.5, seconds=75, target_seconds=60) == (
+        False, "smoke: val top-1 0.1200 below 0.50 expected (chance 0.10): FAILED; 75 s wall (over the 60 s target)")
+    assert verdict(_summary(None), name="r", min_top1=0.5)[0] is False
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps(_summary(0.3)))
+    assert main([str(path), "--min-top1", "0.25"]) == 0
+    assert main([str(path), "--min-top1", "0.5", "--seconds", "50"]) == 1
+    assert capsys.readouterr().out.splitlines()[-1] == "run: val top-1 0.3000 below 0.50 expected (chance 0.10): FAILED; 50 s wall"
+    assert main([str(tmp_path / "missing.json"), "--min-top1", "0.5"]) == 2
+    assert "did the run finish?" in capsys.readouterr().err

@@ -496,8 +496,8 @@ def cluster_torus_time(cluster: Cluster, grid: TorusTopology | str, n: float, co
 
 
 def torus_grids(p: int) -> list[TorusTopology]:
-    """Every X x Y grid with X*Y = p, X ascending."""
-    return [TorusTopology(x, p // x) for x in range(1, p + 1) if p % x == 0]
+    """Every X x Y grid with X*Y = p, X ascending (:meth:`TorusTopology.grids`)."""
+    return TorusTopology.grids(p)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -73,13 +73,23 @@ class TorusTopology:
         y = max(d for d in range(1, math.isqrt(size) + 1) if size % d == 0)
         return cls(x=size // y, y=y)
 
-    def check_size(self, size: int) -> "TorusTopology":
-        """Return self if x * y == size, else raise ValueError naming the grid, the product and the size."""
+    @classmethod
+    def grids(cls, size: int) -> list["TorusTopology"]:
+        """Every grid of ``size`` ranks, X ascending: ``grids(4)`` is 1x4, 2x2, 4x1."""
+        cls.from_world(size)  # ValueError for a size that is not a positive integer
+        return [cls(x, size // x) for x in range(1, size + 1) if size % x == 0]
+
+    def check_size(self, size: int, *, flag: str | None = None) -> "TorusTopology":
+        """Return self if x * y == size, else raise ValueError naming the grid, the product, the size, the
+        grids that fit and how to pass one: ``flag`` (a command-line option such as ``"--grid"``), or by
+        default ``init``'s argument and the variable."""
         if self.size != size:
+            fits = TorusTopology.from_world(size)
+            how = f"{flag} {fits}" if flag else f'hvd.init(grid="{fits}") or HOROVOD_TORUS_GRID={fits}'
             raise ValueError(
                 f"torus grid {self} has {self.x}x{self.y}={self.size} ranks but the world size is "
-                f"{size}: choose X and Y with X*Y={size} (e.g. --grid {TorusTopology.from_world(size)}"
-                f" / HOROVOD_TORUS_GRID), or launch {self.size} ranks")
+                f"{size}: choose X and Y with X*Y={size} ({', '.join(map(str, self.grids(size)))}; e.g. {how})"
+                f", or launch {self.size} ranks")
         return self
 
     # ------------------------------------------------------------------ queries

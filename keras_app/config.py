@@ -1,79 +1,98 @@
 """Typed run configuration: dataclasses, named presets, command-line overrides, the saved resolved config.
 
 Every field of every section is also a command-line flag with the field's name (``image_size`` ->
-``--image-size``); ``--preset NAME`` picks the starting values. Rank 0 saves the resolved configuration as
-``OUTPUT_DIR/config.json`` so a run can be reproduced (``--config OUTPUT_DIR/config.json``).
+``--image-size``), with the field's ``help`` metadata as its help text; ``--preset NAME`` picks the
+starting values (``--preset NAME --help`` shows them as the defaults). Rank 0 saves the resolved
+configuration as ``OUTPUT_DIR/config.json`` so a run can be reproduced (``--config OUTPUT_DIR/config.json``).
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import json
+import sys
 from dataclasses import dataclass, field
 
 from horovod_torus import __version__
 from horovod_torus.atomic import write_json_atomic
-from keras_app.schedules import parse_batch_schedule
+from keras_app.schedules import parse_batch_schedule, round_batch_schedule
 
 __all__ = ["DataConfig", "ModelConfig", "OptimConfig", "TrainConfig", "AppConfig", "PRESETS", "CHOICES",
-           "parse_args", "save_config", "load_config"]
+           "parse_args", "parse_command_line", "build_parser", "save_config", "load_config"]
 
 FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
 
 
+def _opt(default, help: str, metavar: str | None = None):
+    """A config field: its default, the help text of its flag and, optionally, the flag's metavar."""
+    return field(default=default, metadata={"help": help, "metavar": metavar})
+
+
 @dataclass
 class DataConfig:
-    dataset: str = "fashion_mnist"      # fashion_mnist | imagenet_tfrecord | imagenet_tfds
-    data_dir: str = FASHION_MNIST_DIR   # IDX files; TFRecord shards; or the TFDS data_dir
-    manual_dir: str = ""                # imagenet_tfds: folder holding ILSVRC2012_img_{train,val}.tar
-    image_size: int = 32                # square input side, pixels (Keras ResNet-50 needs >= 32)
-    channels: int = 1                   # 1 (grey) or 3 (RGB)
-    num_classes: int = 10
-    train_examples: int = 0             # 0: the whole training split; else an epoch is this many images
-    val_examples: int = 0               # 0: the whole validation split (exact metrics); N: about N (per-rank cap)
-    augment: str = "flip"               # none | flip | flip_crop | inception (random-resized crop + flip)
-    shuffle_buffer: int = 10000
-    label_offset: int = 1               # imagenet_tfrecord: subtracted from image/class/label (1..1000)
-    pipeline_threads: int = 0           # tf.data threads per rank; 0 = AUTOTUNE (see data.pipeline_options)
+    dataset: str = _opt("fashion_mnist", "the data set: Fashion-MNIST IDX files, ImageNet TFRecord shards or "
+                                         "ImageNet through TensorFlow Datasets")
+    data_dir: str = _opt(FASHION_MNIST_DIR, "folder of the IDX files, the TFRecord shards or the TFDS data directory",
+                         "DIR")
+    manual_dir: str = _opt("", "imagenet_tfds: folder holding ILSVRC2012_img_{train,val}.tar", "DIR")
+    image_size: int = _opt(32, "square input side, pixels (Keras ResNet-50 needs >= 32)", "PIXELS")
+    channels: int = _opt(1, "1 (grey) or 3 (RGB)", "N")
+    num_classes: int = _opt(10, "classes of the logits layer", "N")
+    train_examples: int = _opt(0, "images per epoch; 0: the whole training split", "N")
+    val_examples: int = _opt(0, "validation images: 0 the whole split (exact metrics), N about N (a per-rank "
+                                "cap)", "N")
+    augment: str = _opt("flip", "training augmentation: none, flips, flips and crops, or Inception's random-"
+                                "resized crop and flip")
+    shuffle_buffer: int = _opt(10000, "images in the shuffle buffer of each rank", "N")
+    label_offset: int = _opt(1, "imagenet_tfrecord: subtracted from image/class/label (1..1000)", "N")
+    pipeline_threads: int = _opt(0, "tf.data threads per rank; 0: AUTOTUNE (see data.pipeline_options)", "N")
 
 
 @dataclass
 class ModelConfig:
-    arch: str = "resnet50"              # resnet50 | tiny (2 convolutions: seconds-long smoke runs and tests)
-    bn_momentum: float = 0.9            # Keras default 0.99 lags far behind in short runs (see preset)
-    mixed_precision: str = ""           # "" (float32) | mixed_bfloat16 | mixed_float16
+    arch: str = _opt("resnet50", "the model: Keras ResNet-50, or tiny (2 convolutions: seconds-long smoke runs "
+                                 "and tests)")
+    bn_momentum: float = _opt(0.9, "BatchNormalization momentum (Keras' 0.99 lags far behind in short runs)",
+                              "M")
+    mixed_precision: str = _opt("", "Keras mixed-precision policy; '' = float32")
 
 
 @dataclass
 class OptimConfig:
-    optimizer: str = "sgd"              # sgd (momentum) | adam | adamw | lamb
-    base_lr: float = 0.1                # learning rate at global batch base_batch (linear scaling rule)
-    base_batch: int = 256
-    momentum: float = 0.9
-    nesterov: bool = True
-    weight_decay: float = 0.0           # decoupled (AdamW/Lamb/SGD weight_decay of Keras optimizers)
-    warmup_epochs: float = 1.0          # gradual per-step warm-up from warmup_start_fraction * peak
-    warmup_start_fraction: float = 0.0
-    decay: str = "cosine"               # cosine | linear | constant
-    final_lr_fraction: float = 0.0
-    label_smoothing: float = 0.1
+    optimizer: str = _opt("sgd", "the Keras optimizer (sgd: with momentum)")
+    base_lr: float = _opt(0.1, "learning rate at global batch --base-batch (linear scaling rule)", "LR")
+    base_batch: int = _opt(256, "the global batch at which the learning rate is --base-lr", "N")
+    momentum: float = _opt(0.9, "sgd momentum", "M")
+    nesterov: bool = _opt(True, "sgd: Nesterov momentum", "BOOL")
+    weight_decay: float = _opt(0.0, "decoupled weight decay (of the Keras optimizers)", "WD")
+    warmup_epochs: float = _opt(1.0, "epochs of gradual per-step warm-up to the peak learning rate", "EPOCHS")
+    warmup_start_fraction: float = _opt(0.0, "the warm-up starts at this fraction of the peak rate", "F")
+    decay: str = _opt("cosine", "learning-rate decay after the warm-up")
+    final_lr_fraction: float = _opt(0.0, "the decay ends at this fraction of the peak rate", "F")
+    label_smoothing: float = _opt(0.1, "label smoothing of the cross-entropy, in [0, 1)", "EPS")
 
 
 @dataclass
 class TrainConfig:
-    epochs: int = 2
-    batch_schedule: str = "0:256"       # EPOCH:GLOBAL_BATCH,... (batch-size control)
-    strategy: str = "torus"             # any registered strategy: torus, torus:horovod, torus:mpi, ring, yours
-    strategy_module: str = ""           # modules to import first (comma-separated): they register strategies
-    grid: str = ""                      # XxY; "" = HOROVOD_TORUS_GRID or the default grid
-    output_dir: str = "runs/demo"
-    resume: bool = False
-    keep_checkpoints: int = 2
-    seed: int = 1
-    intra_op_threads: int = 0           # 0: TensorFlow's default
-    inter_op_threads: int = 0
-    val_every_epochs: int = 1
-    verbose: int = 1                    # rank 0 (Keras fit): 1 progress bar, 2 one line per epoch (batch jobs), 0 silent
+    epochs: int = _opt(2, "training length, in epochs of --train-examples images", "N")
+    batch_schedule: str = _opt("0:256", "batch-size control: the global batch from each epoch on, each a "
+                                        "multiple of the rank count (rounded down to one when not given on "
+                                        "the command line)", "EPOCH:BATCH[,...]")
+    strategy: str = _opt("torus", "the all-reduce strategy", "NAME")
+    strategy_module: str = _opt("", "modules to import first (comma-separated): they register strategies",
+                                "MODULE[,...]")
+    grid: str = _opt("", "the torus grid, X*Y = the rank count; '' = HOROVOD_TORUS_GRID or the default grid",
+                     "XxY")
+    output_dir: str = _opt("runs/demo", "where rank 0 writes checkpoints, logs, summary.json and config.json",
+                           "DIR")
+    resume: bool = _opt(False, "continue from the latest checkpoint in --output-dir")
+    keep_checkpoints: int = _opt(2, "checkpoints kept (the newest)", "N")
+    seed: int = _opt(1, "random seed of the initial weights and the data order", "N")
+    intra_op_threads: int = _opt(0, "TensorFlow intra-op threads per rank; 0: TensorFlow's default", "N")
+    inter_op_threads: int = _opt(0, "TensorFlow inter-op threads per rank; 0: TensorFlow's default", "N")
+    val_every_epochs: int = _opt(1, "validate every N epochs (and after the last)", "N")
+    verbose: int = _opt(1, "rank 0's Keras fit output: 1 progress bar, 2 one line per epoch (batch jobs), "
+                           "0 silent")
 
 
 _SECTIONS = {"data": DataConfig, "model": ModelConfig, "optim": OptimConfig, "train": TrainConfig}
@@ -105,7 +124,13 @@ class AppConfig:
                 if batch % world_size:
                     raise ValueError(
                         f"global batch {batch} (batch schedule {self.train.batch_schedule!r}, epoch {epoch}) "
-                        f"is not divisible by the world size {world_size}: use a multiple of {world_size}")
+                        f"is not divisible by the world size {world_size}: use a multiple of {world_size}, "
+                        f"e.g. --batch-schedule {round_batch_schedule(self.train.batch_schedule, world_size)} "
+                        f"(each global batch rounded down to a multiple of {world_size})")
+            if self.train.grid:
+                from horovod_torus.topology import TorusTopology
+
+                TorusTopology.parse(self.train.grid).check_size(world_size, flag="--grid")
         for (section, name), allowed in CHOICES.items():
             value = getattr(getattr(self, section), name)
             if value not in allowed:
@@ -140,7 +165,18 @@ PRESETS: dict[str, dict[str, dict]] = {
         "train": {"epochs": 3, "batch_schedule": "0:256,1:512", "output_dir": "runs/fashion_mnist_demo",
                   "intra_op_threads": 1, "inter_op_threads": 1},
     },
-    # A one-minute smoke run (tests, first try of a new machine).
+    # `make smoke`: about a minute on 2 cores with 4 ranks (start-up included), the tiny model on 20,000
+    # training images, validated on the whole test set; the Makefile checks its val top-1 (>= 0.5, chance
+    # 0.1). Measurements: docs/guide/app.md.
+    "fashion_mnist_quick": {
+        "data": {"dataset": "fashion_mnist", "train_examples": 20000, "val_examples": 0, "pipeline_threads": 1},
+        "model": {"arch": "tiny", "bn_momentum": 0.9},
+        "optim": {"optimizer": "adam", "base_lr": 0.01, "base_batch": 256, "warmup_epochs": 0.2,
+                  "decay": "cosine", "label_smoothing": 0.1},
+        "train": {"epochs": 3, "batch_schedule": "0:128,2:256", "output_dir": "runs/smoke",
+                  "intra_op_threads": 1, "inter_op_threads": 1, "verbose": 2},
+    },
+    # ResNet-50 on 1,024 images (tests, the code path of the real model): its top-1 is near chance.
     "fashion_mnist_smoke": {
         "data": {"dataset": "fashion_mnist", "train_examples": 1024, "val_examples": 512, "pipeline_threads": 1},
         "model": {"bn_momentum": 0.9},
@@ -188,46 +224,87 @@ def _bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"{text!r} is not a boolean (true/false)")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _metavar(section: str, f: dataclasses.Field) -> str | None:
+    allowed = CHOICES.get((section, f.name))
+    if allowed is not None:
+        return "{" + ",".join(map(str, allowed)) + "}"
+    return f.metadata.get("metavar") or {"int": "N", "float": "X", "str": "TEXT", "bool": "BOOL"}[f.type]
+
+
+def _help(section: str, f: dataclasses.Field, default) -> str:
+    text = f.metadata["help"]
+    if (section, f.name) == ("train", "strategy"):
+        from horovod_torus.strategies.registry import ALIASES, available_strategies
+
+        aliases = ", ".join(f"{a} (deprecated: {b})" for a, b in sorted(ALIASES.items()))
+        text += (f": one of {', '.join(available_strategies())}; {aliases}; or a name that a "
+                 f"--strategy-module registers")
+    return f"{text} (default: {default!r})".replace("%", "%%")
+
+
+def build_parser(start: AppConfig | None = None) -> argparse.ArgumentParser:
+    """The command line; each flag's help shows its value in ``start`` (the starting values: the
+    defaults, or those of ``--config``/``--preset``) as its default."""
+    start = start or AppConfig()
     p = argparse.ArgumentParser(
         prog="python -m keras_app.train",
         description="Data-parallel ResNet-50 (Keras 3) reduced through horovod_torus, with batch-size "
-                    "control, LR warm-up and label smoothing. Launch under horovodrun/mpirun.")
-    p.add_argument("--preset", choices=sorted(PRESETS), default=None, help="starting values")
-    p.add_argument("--config", default=None, help="a saved config.json to start from (before --preset)")
+                    "control, LR warm-up and label smoothing. Launch under horovodrun/mpirun. "
+                    "--preset NAME --help shows the preset's values as the defaults.")
+    p.add_argument("--preset", choices=sorted(PRESETS), default=None,
+                   help="start from a named recipe (keras_app/config.py PRESETS); flags override it")
+    p.add_argument("--config", default=None, metavar="FILE.json",
+                   help="start from a saved config.json (before --preset), e.g. to repeat a run")
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     for section, cls in _SECTIONS.items():
         group = p.add_argument_group(section)
         for f in dataclasses.fields(cls):
-            kind = {"int": int, "float": float, "str": str, "bool": _bool}[f.type]
             flag = "--" + f.name.replace("_", "-")
+            dest, default = f"{section}.{f.name}", getattr(getattr(start, section), f.name)
             if f.name == "resume":
-                group.add_argument(flag, nargs="?", const=True, type=_bool, default=None, dest=f"{section}.{f.name}",
-                                   help="continue from the latest checkpoint in output_dir")
-            else:
-                allowed = CHOICES.get((section, f.name))
-                group.add_argument(flag, type=kind, default=None, dest=f"{section}.{f.name}", choices=allowed,
-                                   metavar=None if allowed is None else "{" + ",".join(map(str, allowed)) + "}",
-                                   help=f"{section}.{f.name} (default {f.default!r})")
+                group.add_argument(flag, nargs="?", const=True, type=_bool, default=None, dest=dest,
+                                   metavar="BOOL", help=_help(section, f, default))
+                continue
+            kind = {"int": int, "float": float, "str": str, "bool": _bool}[f.type]
+            group.add_argument(flag, type=kind, default=None, dest=dest, choices=CHOICES.get((section, f.name)),
+                               metavar=_metavar(section, f), help=_help(section, f, default))
     return p
 
 
-def parse_args(argv: list[str] | None = None) -> AppConfig:
-    """Defaults <- ``--config`` file <- ``--preset`` <- explicit flags. Returns an unvalidated AppConfig."""
-    args = build_parser().parse_args(argv)
+def _start_values(config: str | None, preset: str | None) -> dict[str, dict]:
+    """``{section: {field: value}}`` of a ``--config`` file, then a ``--preset`` over it."""
     values: dict[str, dict] = {s: {} for s in _SECTIONS}
-    if args.config:
-        with open(args.config) as fh:
+    if config:
+        with open(config) as fh:
             for s, d in json.load(fh).items():
                 values.setdefault(s, {}).update(d)
-    if args.preset:
-        for s, d in PRESETS[args.preset].items():
-            values[s].update(d)
+    for s, d in PRESETS.get(preset or "", {}).items():
+        values[s].update(d)
+    return values
+
+
+def parse_command_line(argv: list[str] | None = None) -> tuple[AppConfig, frozenset[str]]:
+    """Defaults <- ``--config`` file <- ``--preset`` <- explicit flags: an unvalidated AppConfig, and the
+    ``"section.field"`` names given as flags (``"train.batch_schedule"``: the user chose the batches)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    pre.add_argument("--preset")
+    pre.add_argument("--config")
+    first, _ = pre.parse_known_args(argv)
+    args = build_parser(from_dict(_start_values(first.config, first.preset))).parse_args(argv)
+    values = _start_values(args.config, args.preset)
+    explicit = set()
     for key, value in vars(args).items():
         if "." in key and value is not None:
             s, name = key.split(".", 1)
             values[s][name] = value
-    return from_dict(values)
+            explicit.add(key)
+    return from_dict(values), frozenset(explicit)
+
+
+def parse_args(argv: list[str] | None = None) -> AppConfig:
+    """Defaults <- ``--config`` file <- ``--preset`` <- explicit flags. Returns an unvalidated AppConfig."""
+    return parse_command_line(argv)[0]
 
 
 def save_config(cfg: AppConfig, path: str) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["BatchStage", "parse_batch_schedule", "batch_stages", "global_batch_at", "steps_per_epoch",
+__all__ = ["BatchStage", "parse_batch_schedule", "round_batch_schedule", "batch_stages", "global_batch_at", "steps_per_epoch",
            "learning_rate"]
 
 
@@ -52,6 +52,18 @@ def parse_batch_schedule(text: str) -> tuple[tuple[int, int], ...]:
     if epochs[0] != 0:
         raise ValueError(f"batch schedule {text!r} starts at epoch {epochs[0]}; {form}")
     return tuple(stages)
+
+
+def round_batch_schedule(text: str, world_size: int) -> str:
+    """``text`` with each global batch rounded down to a multiple of ``world_size`` (at least
+    ``world_size``): ``round_batch_schedule("0:256,1:512", 3) == "0:255,1:510"``. ``text`` itself when
+    every batch already is a multiple. The one rounding rule of the app (``make demo NP=N``, run_local.sh,
+    the fix that a not-divisible schedule's error proposes). Raises ValueError like
+    :func:`parse_batch_schedule`."""
+    stages = parse_batch_schedule(text)
+    if all(batch % world_size == 0 for _, batch in stages):
+        return text
+    return ",".join(f"{epoch}:{max(world_size, batch // world_size * world_size)}" for epoch, batch in stages)
 
 
 def batch_stages(schedule: tuple[tuple[int, int], ...], epochs: int) -> list[BatchStage]:

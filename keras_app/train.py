@@ -16,9 +16,9 @@ import sys
 
 from dataclasses import dataclass
 
-from keras_app.config import AppConfig, parse_args, save_config
+from keras_app.config import AppConfig, save_config
 
-__all__ = ["main", "train", "TrainResult", "build_optimizer"]
+__all__ = ["main", "configure", "train", "TrainResult", "build_optimizer", "CONFIG_ERROR"]
 
 
 @dataclass
@@ -169,9 +169,55 @@ def train(cfg: AppConfig) -> TrainResult:
     return TrainResult(model, summary)
 
 
+#: Exit status of a configuration error (as argparse's for a bad flag).
+CONFIG_ERROR = 2
+
+
+def configure(argv: list[str] | None, size: int, local_size: int | None = None) -> tuple[AppConfig, list[str]]:
+    """The validated config of the command line ``argv`` for ``size`` ranks, and the notes to print.
+
+    A batch schedule that was not given as ``--batch-schedule`` (a preset's, a ``--config`` file's, the
+    default) is rounded down to multiples of ``size`` (:func:`keras_app.schedules.round_batch_schedule`),
+    with a note. Raises ValueError (the message names the value and the fix) before anything starts:
+    a bad value, a global batch or a ``--grid`` that does not fit ``size`` ranks, or a HOROVOD_TORUS_GRID
+    that does not (checked as ``hvd.init`` will)."""
+    from horovod_torus.settings import TorusSettings
+    from keras_app.config import parse_command_line
+    from keras_app.schedules import round_batch_schedule
+
+    cfg, explicit = parse_command_line(argv)
+    notes = []
+    if "train.batch_schedule" not in explicit:
+        rounded = round_batch_schedule(cfg.train.batch_schedule, size)
+        if rounded != cfg.train.batch_schedule:
+            notes.append(f"keras_app: batch schedule {cfg.train.batch_schedule} rounded down to multiples of "
+                         f"{size} ranks: {rounded} (--batch-schedule sets it)")
+            cfg.train.batch_schedule = rounded
+    cfg.validate(size)
+    if not cfg.train.grid:
+        TorusSettings.resolve(size=size, local_size=local_size, fields=("grid",))
+    return cfg, notes
+
+
 def main(argv: list[str] | None = None) -> int:
-    cfg = parse_args(argv)
-    cfg.validate()          # errors that need no world size, before TensorFlow starts
+    """The command line: configuration errors (:func:`configure`) print once, on rank 0, without a
+    traceback, and every rank returns :data:`CONFIG_ERROR`; then :func:`train`."""
+    import time
+
+    from horovod_torus.launch import LaunchContext
+
+    ctx = LaunchContext.from_environ()      # before Horovod starts: the launcher's variables
+    try:
+        cfg, notes = configure(argv, ctx.size, ctx.local_size)
+    except ValueError as exc:
+        if ctx.rank == 0:
+            print(f"keras_app: configuration error: {exc}", file=sys.stderr, flush=True)
+        else:
+            time.sleep(2)   # mpirun ends the job at the first non-zero exit: let rank 0 print first
+        return CONFIG_ERROR
+    if ctx.rank == 0:
+        for note in notes:
+            print(note, flush=True)
     train(cfg)
     return 0
 

@@ -5,7 +5,8 @@
 #   LOCAL_DIR    node-local SSD of the job (same path on every node), or empty
 #   PLAN_PRESET  horovod_torus.plan preset of the machine (abci3, abci), or empty (then --nodes etc.)
 # and runs ResNet-50 on ImageNet (preset imagenet_abci: the paper's recipe, mixed_float16), one rank per GPU:
-#   1. the grid: GRID if set (XxY or ring), else `python -m horovod_torus.plan ... --print-grid`;
+#   1. the grid: GRID if set (XxY or ring), else `python -m horovod_torus.plan ... --print-grid`; an XxY
+#      whose X*Y is not the rank count stops the script (exit 2, naming the grids that fit);
 #   2. staging (STAGE=1, the default when LOCAL_DIR is set): one process per node copies the TFRecord
 #      shards its ranks read to LOCAL_DIR/imagenet (`python -m keras_app.data stage`);
 #   3. training: mpi_scripts/mpirun.sh with --output-dir OUTPUT_DIR --resume --verbose 2, so a resubmitted
@@ -28,6 +29,16 @@ elif [ -n "${PLAN_PRESET:-}" ]; then
            --ranks-per-node "$NPERNODE" --print-grid)
 else
   choice="${NPERNODE}x${NODES}"          # a node per torus row
+fi
+# The grid must fit the job (X*Y = NP) before anything runs, DRY_RUN=1 included: a grid that does not fit
+# would fail only once the job has waited in the queue and started.
+if [ "$choice" != ring ]; then
+  if ! [[ "$choice" =~ ^[0-9]+[xX][0-9]+$ ]] || (( 10#${choice%%[xX]*} * 10#${choice#*[xX]} != NP )); then
+    fits=(); for ((i = 1; i <= NP; i++)); do (( NP % i )) || fits+=("${i}x$((NP / i))"); done
+    echo "job: grid $choice does not fit the job's $NP ranks ($NODES nodes x $NPERNODE per node): X*Y must be" \
+         "$NP; valid grids: ${fits[*]} (GRID=${NPERNODE}x${NODES}: a node per row), or GRID=ring" >&2
+    exit 2
+  fi
 fi
 if [ "$choice" = ring ]; then topology=(--strategy ring); else topology=(--strategy torus --grid "$choice"); fi
 

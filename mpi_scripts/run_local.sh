@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Train keras_app on N ranks of this machine under mpirun (Open MPI), e.g.
 #   bash mpi_scripts/run_local.sh 4 --preset fashion_mnist_demo --grid 2x2
-# Every argument after N goes to `python -m keras_app.train`. Ranks are not bound to cores (N may exceed
-# the core count: --oversubscribe); each rank's TensorFlow thread pools come from the preset
-# (--intra-op-threads/--inter-op-threads). Rank 0 prints; every rank's output is also kept in
+# Every argument after N goes to `python -m keras_app.train`, which rounds a preset's global batches down
+# to multiples of N unless --batch-schedule is given (as for `make demo NP=N`). Ranks are not bound to
+# cores (N may exceed the core count: --oversubscribe); each rank's TensorFlow thread pools come from the
+# preset (--intra-op-threads/--inter-op-threads). Rank 0 prints; every rank's output is also kept in
 # OUTPUT_DIR/logs/ by mpirun's --output-filename when LOG_DIR is set.
 set -euo pipefail
 cd "$(dirname "$0")/.."

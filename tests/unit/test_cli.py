@@ -11,8 +11,8 @@ import pytest
 from horovod_torus import __version__
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-CLIS = ["keras_app.train", "keras_app.data", "horovod_torus.plan", "horovod_torus.doctor", "horovod_torus.bench",
-        "horovod_torus.bench.train", "horovod_torus.bench.report", "horovod_torus.launchers"]
+CLIS = ["keras_app.train", "keras_app.data", "keras_app.expect", "horovod_torus.plan", "horovod_torus.doctor",
+        "horovod_torus.bench", "horovod_torus.bench.train", "horovod_torus.bench.report", "horovod_torus.launchers"]
 
 
 @pytest.mark.parametrize("module", CLIS)

@@ -1,7 +1,8 @@
 """Job templates and launchers: `bash -n` of every script, and DRY_RUN=1 runs under fake scheduler
 environments that check the printed mpirun lines (ranks, hostfile, grid from the planner, staging, stable
-output folder, --resume, --verbose 2), prefix forwarding of variables, physical-core counting and
-GPU-socket binding (fake lscpu / nvidia-smi / sysfs)."""
+output folder, --resume, --verbose 2), a GRID that does not fit the job refused by every template (exit 2,
+before any mpirun line), prefix forwarding of variables, physical-core counting and GPU-socket binding
+(fake lscpu / nvidia-smi / sysfs)."""
 import glob
 import os
 import shlex
@@ -98,6 +99,30 @@ def test_slurm_job(tmp_path):
     _check_train(train, 12, "4x3", "/tmp/slurm-5/imagenet", "runs/imagenet-3-nodes")
     with pytest.raises(AssertionError, match="not inside a Slurm job"):
         _run("slurm_job.sh", _env(tmp_path))
+
+
+
+def _two_nodes_of_four(tmp_path, script):
+    """The environment of a 2-node job with 4 ranks per node under each template's scheduler."""
+    if script == "slurm_job.sh":
+        return _env(tmp_path, SLURM_JOB_NUM_NODES="2", SLURM_NTASKS_PER_NODE="4", SLURM_SUBMIT_DIR=ROOT)
+    if script == "abci_job.sh":
+        return _env(tmp_path, SGE_JOB_HOSTLIST=_nodefile(tmp_path, ["g1", "g2"], 4), JOB_ID="11", STAGE="0")
+    return _env(tmp_path, PBS_NODEFILE=_nodefile(tmp_path, ["h1", "h2"], 1), PBS_JOBID="12.pbs", PBS_O_WORKDIR=ROOT,
+                STAGE="0", NPERNODE="4")
+
+
+@pytest.mark.parametrize("script", ["slurm_job.sh", "abci_job.sh", "abci3_job.sh"])
+@pytest.mark.parametrize("grid", ["3x3", "8", "2x2"])
+def test_templates_refuse_a_grid_that_does_not_fit(tmp_path, script, grid):
+    env = _two_nodes_of_four(tmp_path, script)
+    out = subprocess.run(["bash", os.path.join(ROOT, "mpi_scripts", script)], env={**env, "GRID": grid}, cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "mpirun" not in out.stdout, out.stdout + out.stderr
+    assert out.stderr.strip() == (f"job: grid {grid} does not fit the job's 8 ranks (2 nodes x 4 per node): X*Y must be "
+                                  "8; valid grids: 1x8 2x4 4x2 8x1 (GRID=4x2: a node per row), or GRID=ring")
+    (train,) = _run(script, {**env, "GRID": "2x4"})
+    assert _flag(train, "--grid") == "2x4" and _flag(train, "-np") == "8"
 
 
 def _fake_tools(tmp_path, lscpu_lines, bus_ids=None):

@@ -1,11 +1,14 @@
 """Makefile recipes, read with `make -n` (nothing is installed): the GPU stack, the apt-less set-up on a
-machine with its own MPI (run for real on the stamp target), `make demo NP=N` for N = 1, 2, 4, 6, 8, and the
-tool targets (cluster-bench, ablation, cluster-train) running the drivers in tools/."""
+machine with its own MPI (run for real on the stamp target), `make demo NP=N` for N = 1, 2, 4, 6, 8 (the
+app rounds the preset's batches to N), `make smoke` (the quick preset, then its top-1 check), and the tool
+targets (cluster-bench, ablation, cluster-train) running the drivers in tools/."""
 import os
 import shutil
 import subprocess
 
 import pytest
+
+from keras_app.train import configure
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -57,9 +60,22 @@ def test_demo_any_rank_count(tmp_path, np_):
                            capture_output=True, text=True, check=True).stdout.split()
     assert words[0] == str(np_)
     assert ("--grid" in words) == (np_ == 4) and (np_ != 4 or words[words.index("--grid") + 1] == "2x2")
-    schedule = words[words.index("--batch-schedule") + 1]
-    batches = [int(item.split(":")[1]) for item in schedule.split(",")]
+    assert "--batch-schedule" not in words      # the app rounds the preset's batches (one rule: run_local.sh too)
+    cfg, notes = configure(words[1:], np_)
+    batches = [int(item.split(":")[1]) for item in cfg.train.batch_schedule.split(",")]
     assert all(b % np_ == 0 for b in batches) and 256 - np_ < batches[0] <= 256 and 512 - np_ < batches[1] <= 512
+    assert bool(notes) == (np_ == 6)
+
+
+def test_smoke_runs_the_quick_preset_then_checks_its_top1(tmp_path):
+    assert "make smoke" in _make(tmp_path, "help").stdout
+    recipe = _make(tmp_path, "-n", "smoke").stdout.replace("\\\n", " ")
+    line = [l for l in recipe.splitlines() if "run_local.sh" in l][0]
+    assert "bash mpi_scripts/run_local.sh 4 --preset fashion_mnist_quick --output-dir runs/smoke &&" in line
+    assert "-m keras_app.expect runs/smoke/summary.json" in line and "--min-top1 0.5" in line
+    assert "--target-seconds 60" in line and "--seconds $(( $(date +%s) - start ))" in line
+    assert "--preset fashion_mnist_quick" in _make(tmp_path, "-n", "smoke", "NP=2").stdout
+    assert "--min-top1 0.3" in _make(tmp_path, "-n", "smoke", "SMOKE_TOP1=0.3").stdout
 
 
 def test_tool_targets_run_the_drivers_in_tools(tmp_path):

@@ -72,6 +72,19 @@ def test_check_size_names_both_numbers():
     assert g.check_size(6) is g
     with pytest.raises(ValueError, match=r"2x3=6 ranks but the world size is 4"):
         g.check_size(4)
+    with pytest.raises(ValueError) as lib:
+        g.check_size(4)
+    assert str(lib.value).endswith('X*Y=4 (1x4, 2x2, 4x1; e.g. hvd.init(grid="2x2") or HOROVOD_TORUS_GRID=2x2), '
+                                   'or launch 6 ranks')
+    with pytest.raises(ValueError, match=r"X\*Y=4 \(1x4, 2x2, 4x1; e.g. --grid 2x2\), or launch 6 ranks$"):
+        g.check_size(4, flag="--grid")
+
+
+def test_grids_of_a_size():
+    assert [str(g) for g in TorusTopology.grids(6)] == ["1x6", "2x3", "3x2", "6x1"]
+    assert TorusTopology.grids(1) == [TorusTopology(1, 1)]
+    with pytest.raises(ValueError, match="world size 0"):
+        TorusTopology.grids(0)
 
 
 def test_rank_out_of_range():

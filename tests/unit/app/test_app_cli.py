@@ -1,0 +1,172 @@
+"""The app's command line as a new user meets it: ``--help`` (a help text per flag that is not the flag's
+name, the registered strategies, the preset's values as the defaults), the quick preset and ``make smoke``'s
+check (keras_app.expect), configuration errors (printed once, by rank 0, without a traceback, with the fix;
+every rank exits 2; one real 3-rank mpirun launch), and the batch schedule rounded down to the rank count
+when the user did not choose it."""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from horovod_torus.launchers import launcher_command
+from horovod_torus.strategies import available_strategies
+from horovod_torus.topology import TorusTopology
+from keras_app import train
+from keras_app.config import PRESETS, build_parser, parse_args, parse_command_line
+from keras_app.schedules import round_batch_schedule
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+FLAG_HELP = re.compile(r"^  (--[a-z-]+)(?: (\S+))?\s*(.*)$")
+
+
+def _help_texts(text):
+    out, flag = {}, None
+    for line in text.splitlines():
+        m = FLAG_HELP.match(line)
+        if m and not line.startswith("   "):
+            flag = m.group(1)
+            out[flag] = m.group(3)
+        elif flag and line.startswith(" " * 10):
+            out[flag] = (out[flag] + " " + line.strip()).strip()
+        else:
+            flag = None
+    return out
+
+
+@pytest.fixture
+def help_of(capsys):
+    def run(*argv):
+        with pytest.raises(SystemExit) as done:
+            parse_args([*argv, "--help"])
+        assert done.value.code == 0
+        return _help_texts(capsys.readouterr().out)
+    return run
+
+
+def test_every_flag_has_a_help_text_that_is_not_its_name(help_of):
+    texts = help_of()
+    fields = [d for d in (a.dest for a in build_parser()._actions) if "." in d]
+    assert len(fields) > 30
+    for dest in fields:
+        section, name = dest.split(".")
+        flag = "--" + name.replace("_", "-")
+        text = texts[flag]
+        assert dest not in text and not text.startswith((name, flag)) and len(text) > 20, (flag, text)
+        assert "(default: " in text, flag
+    assert texts["--grid"].startswith("the torus grid, X*Y = the rank count")
+    assert "TRAIN.GRID" not in build_parser().format_help()
+
+
+def test_strategy_help_lists_the_registered_strategies(help_of):
+    text = help_of()["--strategy"]
+    assert available_strategies() and all(name in text for name in available_strategies())
+    assert "ring (deprecated: horovod)" in text and "--strategy-module" in text
+
+
+def test_preset_help_shows_the_preset_values(help_of):
+    plain, demo = help_of(), help_of("--preset", "fashion_mnist_demo")
+    assert plain["--optimizer"].endswith("(default: 'sgd')")
+    assert demo["--optimizer"].endswith("(default: 'adam')")
+    assert demo["--batch-schedule"].endswith("(default: '0:256,1:512')")
+    assert demo["--epochs"].endswith(f"(default: {PRESETS['fashion_mnist_demo']['train']['epochs']})")
+    abci = help_of("--preset=imagenet_abci", "--epochs", "5")
+    assert abci["--dataset"].endswith("(default: 'imagenet_tfrecord')") and abci["--epochs"].endswith("(default: 90)")
+
+
+def test_quick_preset_validates():
+    cfg = parse_args(["--preset", "fashion_mnist_quick"])
+    for size in (1, 2, 4):
+        cfg.validate(size)
+    assert cfg.model.arch == "tiny" and cfg.data.val_examples == 0 and cfg.train.output_dir == "runs/smoke"
+
+
+@pytest.mark.parametrize("np_,expect", [(1, "0:256,1:512"), (2, "0:256,1:512"), (3, "0:255,1:510"),
+                                        (6, "0:252,1:510"), (7, "0:252,1:511"), (300, "0:300,1:300")])
+def test_round_batch_schedule(np_, expect):
+    assert round_batch_schedule("0:256,1:512", np_) == expect
+    assert all(int(b.split(":")[1]) % np_ == 0 for b in expect.split(","))
+
+
+def test_configure_rounds_only_a_schedule_the_user_did_not_give(monkeypatch):
+    monkeypatch.delenv("HOROVOD_TORUS_GRID", raising=False)
+    cfg, notes = train.configure(["--preset", "fashion_mnist_demo"], 6)
+    assert cfg.train.batch_schedule == "0:252,1:510"
+    assert notes == ["keras_app: batch schedule 0:256,1:512 rounded down to multiples of 6 ranks: 0:252,1:510 "
+                     "(--batch-schedule sets it)"]
+    assert train.configure(["--preset", "fashion_mnist_demo"], 4)[1] == []
+    with pytest.raises(ValueError, match=r"global batch 256 .* not divisible by the world size 6: use a multiple "
+                                         r"of 6, e.g. --batch-schedule 0:252,1:510 \(each global batch rounded"):
+        train.configure(["--preset", "fashion_mnist_demo", "--batch-schedule", "0:256,1:512"], 6)
+    assert parse_command_line(["--batch-schedule", "0:64", "--epochs", "1"])[1] == {"train.batch_schedule",
+                                                                                  "train.epochs"}
+
+
+def test_grid_errors_name_the_flag_in_the_app_and_the_argument_in_the_library(monkeypatch):
+    monkeypatch.delenv("HOROVOD_TORUS_GRID", raising=False)
+    with pytest.raises(ValueError) as app:
+        train.configure(["--grid", "2x2", "--batch-schedule", "0:255"], 3)
+    assert str(app.value) == ("torus grid 2x2 has 2x2=4 ranks but the world size is 3: choose X and Y with X*Y=3 "
+                              "(1x3, 3x1; e.g. --grid 3x1), or launch 4 ranks")
+    with pytest.raises(ValueError) as lib:
+        TorusTopology.parse("3x3").check_size(4)
+    assert 'e.g. hvd.init(grid="2x2") or HOROVOD_TORUS_GRID=2x2' in str(lib.value) and "--grid" not in str(lib.value)
+    assert "(1x4, 2x2, 4x1;" in str(lib.value)
+    monkeypatch.setenv("HOROVOD_TORUS_GRID", "3x3")
+    with pytest.raises(ValueError, match=r"HOROVOD_TORUS_GRID='3x3': torus grid 3x3 has 3x3=9 ranks"):
+        train.configure(["--batch-schedule", "0:256"], 4)
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_main_prints_a_config_error_once_on_rank_0(monkeypatch, capsys, rank):
+    monkeypatch.delenv("HOROVOD_TORUS_GRID", raising=False)
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "3")
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", str(rank))
+    monkeypatch.setattr("time.sleep", lambda s: None)
+    assert train.main(["--arch", "tiny", "--batch-schedule", "0:256"]) == train.CONFIG_ERROR == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    if rank:
+        assert err == ""
+    else:
+        assert err == ("keras_app: configuration error: global batch 256 (batch schedule '0:256', epoch 0) is not "
+                       "divisible by the world size 3: use a multiple of 3, e.g. --batch-schedule 0:255 (each "
+                       "global batch rounded down to a multiple of 3)\n")
+
+
+@pytest.mark.skipif(not shutil.which("mpirun"), reason="needs Open MPI's mpirun (make setup installs it)")
+def test_three_rank_launch_prints_the_error_once_without_a_traceback(tmp_path):
+    program = [sys.executable, "-m", "keras_app.train", "--arch", "tiny", "--batch-schedule", "0:256",
+               "--output-dir", str(tmp_path / "run")]
+    env = {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    env.pop("HOROVOD_TORUS_GRID", None)
+    out = subprocess.run(["nice", *launcher_command("mpirun", 3, program, local=True)], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.count("keras_app: configuration error: global batch 256") == 1, out.stderr
+    assert "e.g. --batch-schedule 0:255" in out.stderr and "Traceback" not in out.stderr + out.stdout
+    assert not (tmp_path / "run").exists()
+
+
+def _summary(top1, classes=10):
+    return {"final": {"val_top1": top1, "val_top5": None, "train_seconds": 30.0},
+            "config": {"data": {"num_classes": classes}}}
+
+
+def test_expect_states_the_top1_and_the_time_against_the_thresholds(tmp_path, capsys):
+    from keras_app.expect import main, verdict
+    assert verdict(_summary(0.7201), name="make smoke", min_top1=0.5, seconds=41, target_seconds=60) == (
+        True, "make smoke: val top-1 0.7201 >= 0.50 expected (chance 0.10): OK; 41 s wall (within the 60 s target)")
+    assert verdict(_summary(0.12), name="smoke", min_top1=0.5, seconds=75, target_seconds=60) == (
+        False, "smoke: val top-1 0.1200 below 0.50 expected (chance 0.10): FAILED; 75 s wall (over the 60 s target)")
+    assert verdict(_summary(None), name="r", min_top1=0.5)[0] is False
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps(_summary(0.3)))
+    assert main([str(path), "--min-top1", "0.25"]) == 0
+    assert main([str(path), "--min-top1", "0.5", "--seconds", "50"]) == 1
+    assert capsys.readouterr().out.splitlines()[-1] == "run: val top-1 0.3000 below 0.50 expected (chance 0.10): FAILED; 50 s wall"
+    assert main([str(tmp_path / "missing.json"), "--min-top1", "0.5"]) == 2
+    assert "did the run finish?" in capsys.readouterr().err

@@ -56,7 +56,7 @@ def test_setup_without_apt_uses_the_site_mpi(tmp_path):
 def test_demo_any_rank_count(tmp_path, np_):
     line = [l for l in _make(tmp_path, "-n", "demo", f"NP={np_}").stdout.replace("\\\n", " ").splitlines()
             if "run_local.sh" in l][0]
-    words = subprocess.run(["bash", "-c", f"printf '%s\\n' {line.split('run_local.sh', 1)[1]}"],
+    words = subprocess.run(["bash", "-c", f"printf '%s\\n' {line.split('run_local.sh', 1)[1].split('&&')[0]}"],
                            capture_output=True, text=True, check=True).stdout.split()
     assert words[0] == str(np_)
     assert ("--grid" in words) == (np_ == 4) and (np_ != 4 or words[words.index("--grid") + 1] == "2x2")
@@ -65,6 +65,8 @@ def test_demo_any_rank_count(tmp_path, np_):
     batches = [int(item.split(":")[1]) for item in cfg.train.batch_schedule.split(",")]
     assert all(b % np_ == 0 for b in batches) and 256 - np_ < batches[0] <= 256 and 512 - np_ < batches[1] <= 512
     assert bool(notes) == (np_ == 6)
+    assert "-m keras_app.expect runs/fashion_mnist_demo/summary.json --name \"make demo\" --min-top1 0.85" in line
+    assert "--target-seconds 1200" in line
 
 
 def test_smoke_runs_the_quick_preset_then_checks_its_top1(tmp_path):

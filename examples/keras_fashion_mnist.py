@@ -25,7 +25,8 @@ import gzip
 import os
 
 import numpy as np
-import horovod_torus.tensorflow.keras as hvd  # before TensorFlow: oneDNN on by default (horovod_torus.tf_defaults)
+# horovod_torus before TensorFlow: its import turns TensorFlow's oneDNN kernels on by default (tf_defaults)
+import horovod_torus.tensorflow.keras as hvd
 import tensorflow as tf
 
 DATA_DIR = "/usr/share/datasets/fashion-mnist"

@@ -237,8 +237,16 @@ def _resolve_transport(value):
 
 
 def shutdown() -> None:
-    """Shut Horovod down and free the torus (``init`` may then be called again)."""
+    """Wait for every rank, then shut Horovod down and free the torus (``init`` may then be called again).
+
+    The wait (one tiny all-reduce on the global set) matters on the Horovod transport: a torus call ends
+    with an all-gather on each row's process set, so one row may still be in it when another returns, and
+    Horovod's shutdown on any rank (rank 0 coordinates every process set) would fail the other row's op."""
     if _current["torus"] is not None:
+        if _hvd.is_initialized() and _hvd.size() > 1:
+            import tensorflow as tf
+
+            _hvd.allreduce(tf.zeros([1]), op=_hvd.Sum, name="horovod_torus_shutdown").numpy()
         _current["torus"].free()
     _current["torus"] = _current["settings"] = None
     _hvd.shutdown()

@@ -51,7 +51,7 @@ def created():
     mine = time.perf_counter() - start
     slowest = COMM.allreduce(mine, op=MPI.MAX)
     made = list(CountingComm.made)
-    kept = [c for c in (torus.comm, torus.row, torus.column) if c != MPI.COMM_NULL]
+    kept = [c for c in (torus.comm, torus.row, torus.column, torus.alarm) if c != MPI.COMM_NULL]
     yield types.SimpleNamespace(tc=torus, create_ms=slowest * 1e3, made=made, kept=len(kept))
     torus.free()
 
@@ -81,11 +81,12 @@ def test_grid_and_what_create_made(created, capsys):
                   f"the others freed")
     assert tc.grid == TorusTopology(4, 4)
     assert (tc.row.Get_size(), tc.column.Get_size()) == (4, 4)
-    # kept: the duplicate and its row and column splits; made and freed: the shared-memory splits that tell
-    # the local size (comm_world) and whether a column shares a node (the column ring's auto rule)
+    # kept: the duplicate, its row and column splits, and the duplicate's duplicate for the stall roll call;
+    # made and freed: the shared-memory splits that tell the local size (comm_world) and whether a column
+    # shares a node (the column ring's auto rule)
     made = created.made
-    assert created.kept == 3 and made.count("Dup") == 1 and made.count("Split") == 2
-    assert made.count("Split_type") == 2 and len(made) == 5
+    assert created.kept == 4 and made.count("Dup") == 2 and made.count("Split") == 2
+    assert made.count("Split_type") == 2 and len(made) == 6
     assert created.create_ms > 0
 
 

@@ -36,7 +36,8 @@ source "$root/mpi_scripts/launcher.sh"
 read -r -a synthetic_args <<< "$SYNTHETIC_ARGS"
 summary=(); fail=0
 for launcher in mpirun horovodrun; do
-  tag=(); [ "$launcher" = mpirun ] && tag=(--extra=--tag-output)   # horovodrun tags rank lines itself
+  # mpirun: tag each rank's output (horovodrun does) and forward KERAS_HOME (horovodrun forwards everything)
+  tag=(); [ "$launcher" = mpirun ] && tag=(--extra=--tag-output -x KERAS_HOME)
   for example in tensorflow2_keras_mnist.py tensorflow2_mnist.py tensorflow2_synthetic_benchmark.py; do
     args=(); [ "$example" = tensorflow2_synthetic_benchmark.py ] && args=("${synthetic_args[@]}")
     launcher_command cmd "$launcher" --local --np "$NP" "${tag[@]}" -- \

@@ -57,8 +57,9 @@ def _sub(src: str, pattern: str, repl, change: str, flags: int = re.M) -> str:
 def swap_import(src: str) -> str:
     """The migration itself, not a Keras 3 change: ``horovod.tensorflow[.keras]`` -> ``horovod_torus...``.
 
-    Stock Horovod 0.28.1 fails all three examples on Keras 3 (its Keras optimizer and ``broadcast_variables``
-    predate Keras 3); ``import horovod`` (used only by the ``horovod.run`` branch) stays."""
+    Stock Horovod 0.28.1 fails all three examples on Keras 3 even with the changes below (its warm-up
+    callback calls ``keras.backend.get_value``, its ``DistributedGradientTape`` calls ``Variable.ref()``);
+    ``import horovod`` (used only by the ``horovod.run`` branch) stays."""
     return _sub(src, r"^import horovod\.tensorflow(\.keras)? as hvd$", r"import horovod_torus.tensorflow\1 as hvd",
                 "swap_import")
 

@@ -163,6 +163,7 @@ def write_mnist_npz(datasets_dir: str, ranks: int, data_dir: str = FASHION_MNIST
     shapes and dtypes of Keras' ``mnist.npz``). Every rank's file holds the same data (the examples shuffle
     per rank); the files after the first are hard links to it where the file system allows."""
     import numpy as np
+    from horovod_torus.atomic import open_atomic
     from keras_app.data import load_fashion_mnist      # imports TensorFlow: only when data is written
 
     if ranks < 1:
@@ -170,9 +171,8 @@ def write_mnist_npz(datasets_dir: str, ranks: int, data_dir: str = FASHION_MNIST
     (x_train, y_train), (x_test, y_test) = (load_fashion_mnist(data_dir, s) for s in ("train", "test"))
     os.makedirs(datasets_dir, exist_ok=True)
     paths = [os.path.join(datasets_dir, f"mnist-{r}.npz") for r in range(ranks)]
-    tmp = paths[0] + ".tmp.npz"
-    np.savez_compressed(tmp, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
-    os.replace(tmp, paths[0])
+    with open_atomic(paths[0], binary=True) as fh:          # the one atomic-write helper
+        np.savez_compressed(fh, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
     for path in paths[1:]:
         if os.path.exists(path):
             os.remove(path)

@@ -6,18 +6,11 @@ that reads these variables; no module writes one for another to read (``init`` s
 own stall variables, which Horovod reads only from the environment). The configuration reference
 (``docs/configuration.md``) lists every argument and variable.
 
-=====================  ================================  ==========================================
-setting                environment variable              default
-=====================  ================================  ==========================================
-``grid``               ``HOROVOD_TORUS_GRID`` (``XxY``)  a node's ranks in one row, else most square
-``transport``          ``HOROVOD_TORUS_TRANSPORT``       ``auto``
-                       (``HOROVOD_TORUS_BACKEND``:
-                       deprecated alias)
-``min_torus_bytes``    ``HOROVOD_TORUS_MIN_BYTES``       ``0`` (always the torus)
-``column_ring``        ``HOROVOD_TORUS_COLUMN_RING``     ``auto``
-``stall_seconds``      ``HOROVOD_STALL_SHUTDOWN_TIME_    300 s (0: never)
-                       SECONDS`` (Horovod's own)
-=====================  ================================  ==========================================
+- ``grid``: ``HOROVOD_TORUS_GRID`` (``XxY``); default: a node's ranks in one row, else the most square grid;
+- ``transport``: ``HOROVOD_TORUS_TRANSPORT`` (``HOROVOD_TORUS_BACKEND``: deprecated alias); default ``auto``;
+- ``min_torus_bytes``: ``HOROVOD_TORUS_MIN_BYTES``; default ``0`` (always the torus);
+- ``column_ring``: ``HOROVOD_TORUS_COLUMN_RING``; default ``auto``;
+- ``stall_seconds``: ``HOROVOD_STALL_SHUTDOWN_TIME_SECONDS`` (Horovod's own); default 300 s (0: never).
 """
 from __future__ import annotations
 

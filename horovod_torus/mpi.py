@@ -24,7 +24,11 @@ Every call first checks its :class:`horovod_torus.signature.CallSignature` acros
 ``MPI_Allreduce`` (MAX) of 20 int64 words (an ``MPI_Allgather`` of the words follows only when they differ,
 to name each rank's value), so a rank passing another length, dtype, shape or op raises
 :class:`horovod_torus.signature.TorusMismatchError` on every rank instead of hanging or summing garbage.
-A call of the ``"flat"`` algorithm is one ``MPI_Allreduce`` on the whole duplicate communicator.
+A call of the ``"flat"`` algorithm is one ``MPI_Allreduce`` on the whole duplicate communicator. The numpy
+API takes it for buffers below :attr:`TorusComm.min_torus_bytes`: the ``min_torus_bytes`` setting, by
+default ``"auto"``, which :meth:`TorusComm.create` resolves through :mod:`horovod_torus.crossover` (the cache
+file, else a calibration of a few seconds), so a small all-reduce costs the one signature check and one
+``MPI_Allreduce``.
 
 Example (``mpirun -np 4 python -c ...``)::
 
@@ -45,12 +49,13 @@ import numpy as np
 from mpi4py import MPI
 from mpi4py.util.dtlib import from_numpy_dtype
 
+from horovod_torus import crossover
 from horovod_torus.agreement import agree_on
 from horovod_torus.fusion import shard_counts
 from horovod_torus.ops import LABELS, REDUCE_OPS, UFUNCS
 from horovod_torus.phases import allreduce_buffer
 from horovod_torus.settings import TorusSettings
-from horovod_torus.signature import CallSignature, TorusMismatchError, compare, disagreeing, extremes
+from horovod_torus.signature import FIELDS, CallSignature, TorusMismatchError, compare, disagreeing
 from horovod_torus.stall import CallClock, TorusStallError
 from horovod_torus.topology import TorusTopology
 
@@ -90,7 +95,12 @@ class TorusComm:
         grid: the TorusTopology; ``rank``: this rank in ``comm``.
         row: communicator of this rank's row (X ranks, ordered by column).
         column: communicator of this rank's column (Y ranks, ordered by row).
-        calls: torus calls made so far (the ``call`` word of every signature).
+        calls: torus calls made so far (the ``call`` word of every signature; the calibration's calls
+            are not counted).
+        min_torus_bytes: buffers below this many bytes take one ``MPI_Allreduce`` in the numpy API
+            (:meth:`algorithm`); 0: always the torus.
+        crossover_source: where :attr:`min_torus_bytes` came from: ``"setting"``, ``"cache"``,
+            ``"measured"``.
         column_ring: phase 2 runs as a Sendrecv ring from RING_MIN_BYTES (else MPI_Allreduce); see
             :meth:`create`.
         deadline: seconds a call may wait for the other ranks before it raises
@@ -106,14 +116,19 @@ class TorusComm:
         self.rank = comm.Get_rank()
         self.calls = 0
         self.deadline = deadline
+        self.min_torus_bytes = 0
+        self.crossover_source = "setting"
         self._clock: CallClock | None = None  # the deadline of the call in progress
         self._workspace: dict = {}
+        self._signatures: dict = {}  # (shape, dtype, op, algorithm) -> CallSignature of the numpy API
+        self._check = (np.empty(2 * len(FIELDS), np.int64), np.empty(2 * len(FIELDS), np.int64))
         self._pending = None  # (length, out, block view) of the last reduce-scatter, for allgather
 
     @classmethod
     def create(cls, comm: MPI.Comm, grid: TorusTopology | str | None = None, *, column_ring=None,
-               stall_seconds=None) -> "TorusComm":
-        """Resolve the settings, agree on them across ``comm``, then :meth:`from_settings`. Collective.
+               stall_seconds=None, min_torus_bytes=None, cache_dir=None) -> "TorusComm":
+        """Resolve the settings, agree on them across ``comm``, :meth:`from_settings`, then resolve the
+        crossover (:meth:`resolve_crossover`). Collective.
 
         Args:
             comm: an intra-communicator (its ranks are the torus ranks).
@@ -125,6 +140,11 @@ class TorusComm:
                 from RING_MIN_BYTES on any layout), False (always ``MPI_Allreduce``).
             stall_seconds: :attr:`deadline` (None: ``HOROVOD_STALL_SHUTDOWN_TIME_SECONDS``, else 300 s;
                 0: none).
+            min_torus_bytes: :attr:`min_torus_bytes`: an int >= 0 (bytes; 0: always the torus) or
+                ``"auto"`` (None: ``HOROVOD_TORUS_MIN_BYTES``, else auto: the cached crossover of this
+                key, else a calibration of a few seconds, see :mod:`horovod_torus.crossover`).
+            cache_dir: the crossover cache's directory, ``"off"`` for none (None:
+                ``HOROVOD_TORUS_CACHE_DIR``, else ``~/.cache/horovod_torus``); only rank 0's is used.
 
         The rules are :meth:`horovod_torus.settings.TorusSettings.resolve`'s (argument, else variable,
         else default).
@@ -137,27 +157,108 @@ class TorusComm:
         size, local_size, rank = comm_world(comm)
 
         def build():
-            fields = ("grid", "column_ring", "stall_seconds")
+            fields = ("grid", "column_ring", "stall_seconds", "min_torus_bytes", "cache_dir")
             settings = TorusSettings.resolve(size=size, local_size=local_size, grid=grid,
-                                             column_ring=column_ring, stall_seconds=stall_seconds, fields=fields)
+                                             column_ring=column_ring, stall_seconds=stall_seconds,
+                                             min_torus_bytes=min_torus_bytes, cache_dir=cache_dir, fields=fields)
             shown = settings.agreement()
-            return settings, {k: shown[k] for k in fields}
+            return settings, {k: shown[k] for k in fields if k in shown}
 
-        return cls.from_settings(comm, agree_on(build, rank=rank, size=size, comm=comm))
+        settings = agree_on(build, rank=rank, size=size, comm=comm)
+        tc = cls.from_settings(comm, settings)
+        try:
+            tc.resolve_crossover(settings)
+        except BaseException:
+            tc.free()
+            raise
+        return tc
 
     @classmethod
     def from_settings(cls, comm: MPI.Comm, settings: TorusSettings) -> "TorusComm":
         """Duplicate ``comm`` and split the duplicate by ``settings.grid`` (collective over ``comm``).
 
         ``settings`` must already be equal on every rank (``init`` agrees on them first; :meth:`create`
-        does for the numpy API)."""
+        does for the numpy API). :attr:`min_torus_bytes` is the setting's integer, 0 for ``"auto"``
+        (:meth:`create` resolves auto; ``init``'s TorusComm needs none: the TensorFlow torus chooses the
+        algorithm of each call itself)."""
         grid = settings.grid.check_size(comm.Get_size())
         dup = comm.Dup()
         r, c = grid.coords(dup.Get_rank())
         column = dup.Split(color=c, key=r)
-        return cls(dup, grid, dup.Split(color=r, key=c), column,
-                   column_ring=_column_ring(column, settings.column_ring), deadline=settings.stall_seconds,
-                   alarm=dup.Dup())
+        tc = cls(dup, grid, dup.Split(color=r, key=c), column,
+                 column_ring=_column_ring(column, settings.column_ring), deadline=settings.stall_seconds,
+                 alarm=dup.Dup())
+        if settings.min_torus_bytes != "auto":
+            tc.min_torus_bytes = int(settings.min_torus_bytes)
+        return tc
+
+    def algorithm(self, nbytes: int) -> str:
+        """``"flat"`` for a numpy-API buffer of ``nbytes`` bytes below :attr:`min_torus_bytes`, else
+        ``"torus"``."""
+        return "flat" if nbytes < self.min_torus_bytes else "torus"
+
+    def column_algorithm(self, nbytes: int) -> str:
+        """Phase 2's algorithm for a buffer of ``nbytes`` bytes: ``"ring"`` (Sendrecv ring),
+        ``"MPI_Allreduce"``, or ``"none"`` (a grid of one row)."""
+        shard = nbytes // max(1, self.grid.x)
+        if self.grid.y == 1:
+            return "none"
+        return "ring" if self.column_ring and shard >= RING_MIN_BYTES else "MPI_Allreduce"
+
+    def resolve_crossover(self, settings: TorusSettings) -> int:
+        """Set :attr:`min_torus_bytes` from ``settings``: its integer, or for ``"auto"`` the cached
+        crossover of this job's :class:`horovod_torus.crossover.CrossoverKey` (rank 0's file, broadcast),
+        else a calibration of the numpy API's flat and torus calls (:func:`horovod_torus.crossover.calibrate`:
+        a few seconds; rank 0 then writes the cache). One rank: 0, nothing measured. Collective.
+
+        Returns:
+            The new :attr:`min_torus_bytes` (equal on every rank)."""
+        if settings.min_torus_bytes != "auto":
+            self.min_torus_bytes, self.crossover_source = int(settings.min_torus_bytes), "setting"
+            return self.min_torus_bytes
+        if self.grid.size == 1:
+            self.min_torus_bytes, self.crossover_source = 0, "setting"
+            return 0
+        import socket
+
+        from horovod_torus import __version__
+        from horovod_torus.launch import LaunchContext
+
+        key = crossover.CrossoverKey(
+            world_size=self.grid.size, grid=str(self.grid), launcher=LaunchContext.from_environ().launcher,
+            hosts=crossover.host_runs(self.comm.allgather(socket.gethostname())), transport="numpy",
+            variant=f"column_ring={int(self.column_ring)}", version=__version__)
+        value, source = crossover.resolve(key, rank=self.rank, cache_dir=settings.cache_dir,
+                                          broadcast=lambda obj: self.comm.bcast(obj, root=0),
+                                          run_calibration=self._calibrate)
+        self.min_torus_bytes, self.crossover_source = value, source
+        return value
+
+    def _calibrate(self):
+        """:func:`horovod_torus.crossover.calibrate` on this TorusComm (float32 sums); the call counter is
+        restored afterwards, so the user's first call is call 1."""
+        calls = self.calls
+
+        def measure(nbytes, algorithm, count, warmup):
+            from horovod_torus.timing import time_calls
+
+            buf = np.ones(max(1, nbytes // 4), np.float32)
+            signature = CallSignature(elements=buf.size, dtype="float32", layout=(("float32", buf.shape),),
+                                      op="Sum", algorithm=algorithm, name="horovod_torus.calibrate")
+
+            def call():
+                with self.watch(signature.name):
+                    allreduce_buffer(self, buf, signature, op="sum")
+            return time_calls(call, count, warmup=warmup, barrier=self.comm.Barrier)
+
+        def agree_max(values):
+            out = np.empty_like(values)
+            self.comm.Allreduce(values, out, op=MPI.MAX)
+            return out
+        try:
+            return crossover.calibrate(measure, agree_max)
+        finally:
+            self.calls = calls
 
     def free(self) -> None:
         """Free the three communicators (collective only in MPI's sense: call it on every rank)."""
@@ -205,8 +306,9 @@ class TorusComm:
         self.calls += 1
         mine = signature.words(self.calls)
         if self.grid.size > 1:
-            both = extremes(mine)
-            reduced = np.empty_like(both)
+            both, reduced = self._check  # extremes(mine), in place: words then their negation
+            both[:mine.size] = mine
+            np.negative(mine, out=both[mine.size:])
             self._wait([self.comm.Iallreduce(both, reduced, op=MPI.MAX)])
             if disagreeing(reduced):  # rare: gather the words to name each rank's value
                 gathered = np.empty((self.grid.size, mine.size), np.int64)
@@ -331,8 +433,15 @@ def torus_allreduce(comm, sendbuf, recvbuf=None, op=MPI.SUM, grid=None):
 
 
 def _run(tc: TorusComm, send: np.ndarray, recvbuf, opname: str):
-    signature = CallSignature(elements=send.size, dtype=send.dtype.name,
-                              layout=((send.dtype.name, send.shape),), op=LABELS[opname])
+    algorithm = tc.algorithm(send.nbytes)
+    key = (send.shape, send.dtype, opname, algorithm)
+    signature = tc._signatures.get(key)
+    if signature is None:  # a call site repeats its call: the signature (and its words) are made once
+        if len(tc._signatures) >= 256:
+            tc._signatures.clear()
+        name = send.dtype.name
+        signature = tc._signatures[key] = CallSignature(elements=send.size, dtype=name, layout=((name, send.shape),),
+                                                        op=LABELS[opname], algorithm=algorithm)
     with tc.watch(signature.name):
         out = allreduce_buffer(tc, send.reshape(-1), signature, op=opname)
     if np.shares_memory(out, send):  # one rank: nothing moved, the result must not alias the input
@@ -343,7 +452,12 @@ def _run(tc: TorusComm, send: np.ndarray, recvbuf, opname: str):
     return recvbuf
 
 
+_CHECKED_DTYPES: set = set()
+
+
 def _check_dtype(dtype) -> None:
+    if dtype in _CHECKED_DTYPES:
+        return
     if dtype.kind not in "iuf":
         raise TypeError(f"dtype {dtype} is not supported by the torus all-reduce: use an integer "
                         f"or floating dtype (float16/32/64, int8..int64, uint8..uint64)")
@@ -353,6 +467,7 @@ def _check_dtype(dtype) -> None:
         except (KeyError, ValueError, TypeError, MPI.Exception):
             raise TypeError(f"dtype {dtype} has no MPI datatype in mpi4py: cast to float16/float32/"
                             f"float64/int32/int64 first") from None
+    _CHECKED_DTYPES.add(dtype)
 
 
 RING_MIN_BYTES = 256 * 1024

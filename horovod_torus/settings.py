@@ -8,7 +8,8 @@ own stall variables, which Horovod reads only from the environment). The configu
 
 - ``grid``: ``HOROVOD_TORUS_GRID`` (``XxY``); default: a node's ranks in one row, else the most square grid;
 - ``transport``: ``HOROVOD_TORUS_TRANSPORT`` (``HOROVOD_TORUS_BACKEND``: deprecated alias); default ``auto``;
-- ``min_torus_bytes``: ``HOROVOD_TORUS_MIN_BYTES``; default ``0`` (always the torus);
+- ``min_torus_bytes``: ``HOROVOD_TORUS_MIN_BYTES``; default ``auto`` (calibrated, :mod:`horovod_torus.crossover`);
+- ``cache_dir``: ``HOROVOD_TORUS_CACHE_DIR``; default ``~/.cache/horovod_torus`` (``off``: no cache file);
 - ``column_ring``: ``HOROVOD_TORUS_COLUMN_RING``; default ``auto``;
 - ``stall_seconds``: ``HOROVOD_STALL_SHUTDOWN_TIME_SECONDS`` (Horovod's own); default 300 s (0: never).
 """
@@ -20,7 +21,8 @@ import warnings
 
 from horovod_torus.topology import TorusTopology
 
-__all__ = ["TorusSettings", "TRANSPORTS", "TRANSPORT_CHOICES", "ENVIRONMENT", "DEFAULT_STALL_SECONDS"]
+__all__ = ["TorusSettings", "TRANSPORTS", "TRANSPORT_CHOICES", "ENVIRONMENT", "DEFAULT_STALL_SECONDS",
+           "DEFAULT_CACHE_DIR"]
 
 #: The transports a torus can move data with (``"auto"`` resolves to one of them at ``init``).
 TRANSPORTS = ("horovod", "mpi")
@@ -30,6 +32,9 @@ TRANSPORT_CHOICES = ("auto",) + TRANSPORTS
 #: the MPI transport's deadline).
 DEFAULT_STALL_SECONDS = 300.0
 
+#: Where the calibrated crossover is cached (``~`` expanded when used; ``off`` turns the cache off).
+DEFAULT_CACHE_DIR = "~/.cache/horovod_torus"
+
 #: setting -> the environment variables read for it, the first set one wins.
 ENVIRONMENT = {
     "grid": ("HOROVOD_TORUS_GRID",),
@@ -37,6 +42,7 @@ ENVIRONMENT = {
     "min_torus_bytes": ("HOROVOD_TORUS_MIN_BYTES",),
     "column_ring": ("HOROVOD_TORUS_COLUMN_RING",),
     "stall_seconds": ("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS",),
+    "cache_dir": ("HOROVOD_TORUS_CACHE_DIR",),
 }
 
 #: Deprecated variables -> the variable to use instead (still read, with a DeprecationWarning).
@@ -53,23 +59,27 @@ class TorusSettings:
         grid: the X x Y TorusTopology (X*Y = world size).
         transport: ``"auto"``, ``"horovod"`` (Horovod ops on the row/column process sets) or ``"mpi"``
             (mpi4py row/column communicators); ``auto`` is resolved at ``init`` (needs Horovod).
-        min_torus_bytes: fused buffers below this many bytes take the flat all-reduce; ``"auto"``:
-            measured at ``init``; 0: always the three phases.
+        min_torus_bytes: fused buffers below this many bytes take the flat all-reduce; ``"auto"`` (the
+            default): calibrated at ``init`` / ``TorusComm.create``, or read from the cache
+            (:mod:`horovod_torus.crossover`); 0: always the three phases.
         column_ring: phase 2 on the MPI transport as a Sendrecv ring (True), always ``MPI_Allreduce``
             (False), or a ring when the column's ranks are all on different nodes (None, ``auto``).
         stall_seconds: seconds a collective may wait for the other ranks before the job stops (None:
             forever).
+        cache_dir: the directory of the crossover cache files (None: no cache). Only rank 0's value is
+            used (rank 0 reads and writes the file), so it is not compared across ranks.
     """
 
     grid: TorusTopology
     transport: str = "auto"
-    min_torus_bytes: int | str = 0
+    min_torus_bytes: int | str = "auto"
     column_ring: bool | None = None
     stall_seconds: float | None = DEFAULT_STALL_SECONDS
+    cache_dir: str | None = DEFAULT_CACHE_DIR
 
     @classmethod
     def resolve(cls, *, size: int, local_size: int | None = None, grid=None, transport=None,
-                min_torus_bytes=None, column_ring=None, stall_seconds=None, environ=None,
+                min_torus_bytes=None, column_ring=None, stall_seconds=None, cache_dir=None, environ=None,
                 fields=None) -> "TorusSettings":
         """The settings of a world of ``size`` ranks (``local_size`` per node): each argument, else its
         variable (:data:`ENVIRONMENT`), else its default. Local: no communication.
@@ -80,9 +90,10 @@ class TorusSettings:
             min_torus_bytes: an int >= 0 (bytes), ``"auto"`` or None.
             column_ring: True, False, ``"auto"`` or None (the variable takes ``auto``, ``1``, ``0``).
             stall_seconds: seconds > 0, 0 (never), or None.
+            cache_dir: a directory, ``"off"`` (no cache), or None.
             environ: the environment (``os.environ``).
             fields: the settings this caller uses (default: all); the others keep their defaults and
-                their variables are not read (the numpy API uses grid, column_ring and stall_seconds).
+                their variables are not read (the numpy API uses all but transport).
 
         Raises:
             ValueError: a malformed value, naming the argument or variable it came from and the fix; a
@@ -102,10 +113,12 @@ class TorusSettings:
         return cls(grid=the_grid, transport=_transport(*_pick("transport", transport, environ)),
                    min_torus_bytes=_min_bytes(*_pick("min_torus_bytes", min_torus_bytes, environ)),
                    column_ring=_column_ring(*_pick("column_ring", column_ring, environ)),
-                   stall_seconds=_stall(*_pick("stall_seconds", stall_seconds, environ)))
+                   stall_seconds=_stall(*_pick("stall_seconds", stall_seconds, environ)),
+                   cache_dir=_cache_dir(*_pick("cache_dir", cache_dir, environ)))
 
     def agreement(self) -> dict:
-        """The JSON-able dict the ranks compare (:func:`horovod_torus.agreement.agree`)."""
+        """The JSON-able dict the ranks compare (:func:`horovod_torus.agreement.agree`); ``cache_dir`` is
+        not in it (only rank 0's is used)."""
         return {"grid": str(self.grid), "transport": self.transport, "min_torus_bytes": self.min_torus_bytes,
                 "column_ring": {None: "auto", True: "1", False: "0"}[self.column_ring],
                 "stall_seconds": self.stall_seconds}
@@ -147,7 +160,7 @@ def _transport(source, value):
 
 def _min_bytes(source, value):
     if value is None or value == "auto":
-        return 0 if value is None else value
+        return "auto"
     try:
         number = int(value)
     except (TypeError, ValueError):
@@ -175,3 +188,12 @@ def _stall(source, value):
     if seconds < 0 or isinstance(value, bool):
         raise ValueError(f"{source}={value!r} must be a number of seconds >= 0 (0: wait forever)")
     return seconds or None
+
+
+def _cache_dir(source, value):
+    if value is None:
+        return DEFAULT_CACHE_DIR
+    if not isinstance(value, (str, os.PathLike)) or not str(value).strip():
+        raise ValueError(f"{source}={value!r} must be a directory or 'off' (no crossover cache file)")
+    text = str(value).strip()
+    return None if text.lower() == "off" else text

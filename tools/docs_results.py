@@ -156,8 +156,27 @@ def _train_sections(named: dict) -> list[str]:
     return out
 
 
+def _bench_targets_summary(docs_dir: str) -> str:
+    """The section of ``docs/bench_targets.json`` (``bench_targets.sh``'s ``OUT/targets.json``), or how to make it."""
+    from horovod_torus.bench.targets import markdown_table as targets_table
+
+    if not os.path.exists(os.path.join(docs_dir, "bench_targets.json")):
+        return ("## Targets over rounds, default settings\n\nNot measured yet: run `bash mpi_scripts/bench_targets.sh` "
+                "on a quiet host, copy `runs/bench_targets/targets.json` to `docs/bench_targets.json` and run "
+                "`python -m tools.docs_results`.")
+    doc = _load(docs_dir, "bench_targets.json")
+    return (f"## Targets over rounds, default settings\n\n{doc['description']}; median [min-max] of the per-round "
+            "ratios of average times; the algorithm the numerator ran in each round (`flat` or `torus`).\n\n"
+            + _command(bench_command({"config": doc["config"], "host": doc["host"],
+                                      "world_size": sum(doc["host"].get("ranks_per_host", {}).values())}),
+                       "One round's all-reduce launch (`bash mpi_scripts/bench_targets.sh` runs them)") + "\n\n"
+            + _facts("Host facts recorded in the JSON", doc["host"]) + "\n\n"
+            + f"Elements that differ from the exact sum, over all rows of all rounds: {doc['wrong']}.\n\n"
+            + targets_table(doc))
+
+
 def _bench_targets_page(docs_dir: str) -> str:
-    sections = []
+    sections = [_bench_targets_summary(docs_dir)]
     for name in ("small", "cycle10-small", "100M"):
         doc = _load(docs_dir, f"bench_targets-{name}.json")
         sections.append(f"## `bench_targets-{name}.json`\n\n"
@@ -168,12 +187,13 @@ def _bench_targets_page(docs_dir: str) -> str:
     train = {f"bench_targets-train-{s}.json": _load(docs_dir, f"bench_targets-train-{s}.json") for s in ("torus", "ring")}
     sections.append("## ResNet-50 training steps\n\n" + "\n\n".join(_train_sections(train)))
     return _page(
-        "Performance targets: single rounds on one host",
-        "Single rounds of `mpi_scripts/bench_targets.sh` (one all-reduce launch per file, then one ResNet-50 "
-        "training launch per strategy), kept as they were measured; `bash mpi_scripts/bench_targets.sh` runs "
-        "`RUNS` rounds and prints each ratio's median against its target (`python -m "
-        "horovod_torus.bench.targets`). In these files `ring` is the strategy now named `horovod`; "
-        "`cycle10` ran with `HOROVOD_CYCLE_TIME=10`.", *sections)
+        "Performance targets on one host",
+        "`bash mpi_scripts/bench_targets.sh` runs `RUNS` rounds with default settings and prints each ratio's "
+        "median against its target (`python -m horovod_torus.bench.targets`); its summary, when copied to "
+        "`docs/bench_targets.json`, is the first section. The sections after it are single rounds of an "
+        "earlier version of the script (one all-reduce launch per file, then one ResNet-50 training launch per "
+        "strategy, `min_torus_bytes` 0 or `auto` then), kept as they were measured. In these files `ring` is "
+        "the strategy now named `horovod`; `cycle10` ran with `HOROVOD_CYCLE_TIME=10`.", *sections)
 
 
 def _cluster_bench_page(docs_dir: str) -> str:
@@ -286,7 +306,7 @@ _PAGES = {
     "cluster_train.md": ("ResNet-50 training on an emulated cluster", _cluster_train_page),
     "ablation.md": ("Ablation: batch-size control and label smoothing", _driver_page("ablation.json")),
     "scaling.md": ("Training throughput and scaling efficiency", _driver_page("scaling.json")),
-    "bench_targets.md": ("Performance targets: single rounds", _bench_targets_page),
+    "bench_targets.md": ("Performance targets on one host", _bench_targets_page),
     "planner.md": ("Planner predictions for large clusters", _planner_page),
 }
 

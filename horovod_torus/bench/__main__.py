@@ -3,7 +3,7 @@
 Examples::
 
     mpirun -np 4 python -m horovod_torus.bench -b 4K -e 128M -f 4 -n 10 -w 2 --grid 2x2 --json out.json
-    horovodrun --gloo -np 4 -H localhost:4 python -m horovod_torus.bench --strategies torus ring
+    horovodrun --gloo -np 4 -H localhost:4 python -m horovod_torus.bench --strategies torus horovod
 
 Rank 0 prints one row per (strategy, size); see :mod:`horovod_torus.bench.report` for the columns and the
 algbw/busbw definitions, :mod:`horovod_torus.bench.allreduce` for the timing protocol.
@@ -29,7 +29,8 @@ __all__ = ["main", "build_parser", "config_from_args"]
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m horovod_torus.bench",
-        description="All-reduce benchmark: torus (horovod_torus), ring (Horovod), mpi-torus (mpi4py), "
+        description="All-reduce benchmark: torus (horovod_torus), horovod (Horovod's own; old name ring), "
+                    "mpi-torus (mpi4py), "
                     "mpi (MPI_Allreduce). Run under mpirun -np N or horovodrun -np N.")
     p.add_argument("-b", "--minbytes", default="4", help="smallest message in bytes, K/M/G suffixes (4)")
     p.add_argument("--sizes", default=None, metavar="LIST",
@@ -117,12 +118,13 @@ def main(argv=None) -> int:
     if config.dtype in ("float16", "bfloat16"):
         for s in [s for s in strategies if is_mpi(s) and s not in skipped]:
             skipped[s] = f"MPI has no {config.dtype} datatype"
-    if config.dtype == "bfloat16" and "ring" in strategies:
-        skipped["ring"] = "Horovod 0.28.1 has no bfloat16 all-reduce kernel"
+    for flat in ("horovod", "ring"):
+        if config.dtype == "bfloat16" and flat in strategies:
+            skipped[flat] = "Horovod 0.28.1 has no bfloat16 all-reduce kernel"
     strategies = [s for s in strategies if s not in skipped]
     if not strategies:
         reasons = "; ".join(f"{s}: {why}" for s, why in skipped.items())
-        print(f"horovod_torus.bench: error: nothing to run ({reasons}); add --strategies torus ring",
+        print(f"horovod_torus.bench: error: nothing to run ({reasons}); add --strategies torus horovod",
               file=sys.stderr)
         return 2
     mpi_names = [s for s in strategies if is_mpi(s)]

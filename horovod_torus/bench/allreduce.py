@@ -20,7 +20,7 @@ from horovod_torus.bench.report import DTYPES, Row
 from horovod_torus.bench.reducers import check_names, is_mpi, mpi_reduce_fn, tf_reduce_fn
 from horovod_torus.timing import time_loop
 
-__all__ = ["BenchConfig", "rank_input", "expected_sum", "count_wrong", "run_strategy"]
+__all__ = ["BenchConfig", "rank_input", "expected_sum", "count_wrong", "run_strategy", "algorithm_of", "column_of"]
 
 # Largest integer every value up to which the dtype represents exactly (sums stay integers).
 _EXACT = {"float16": 2 ** 11, "bfloat16": 2 ** 8, "float32": 2 ** 24, "float64": 2 ** 53,
@@ -46,7 +46,7 @@ class BenchConfig:
     warmup: int = 5
     check: bool = True
     dtype: str = "float32"
-    strategies: tuple = ("torus", "ring", "mpi-torus", "mpi")
+    strategies: tuple = ("torus", "horovod", "mpi-torus", "mpi")
     grid: str | None = None
 
     def __post_init__(self):
@@ -140,17 +140,35 @@ def _mpi_runner(reduce, count, dtype, rank, nranks):
     return step, None, lambda: recv
 
 
-def algorithm_of(strategy: str, nbytes: int) -> str:
-    """What a strategy runs for a buffer of ``nbytes``: the torus' own choice for torus strategies."""
-    if strategy in ("ring", "mpi"):
-        return strategy
+def algorithm_of(strategy: str, nbytes: int, reduce=None) -> str:
+    """What a strategy ran for a buffer of ``nbytes``: ``"flat"`` (one all-reduce: Horovod's, a bare
+    ``MPI_Allreduce``, or the torus' flat call below its crossover), ``"torus"`` (the three phases), or
+    ``""`` (a user strategy: unknown). ``reduce``: the ``mpi-torus`` function of :func:`mpi_reduce_fn`."""
+    if strategy in ("horovod", "ring", "mpi"):
+        return "flat"
     if strategy == "mpi-torus":
-        return "torus"
+        return reduce.comm.algorithm(nbytes) if reduce is not None else "torus"
     if strategy == "torus" or strategy.startswith("torus:"):
         from horovod_torus.tensorflow.runtime import torus
 
-        return torus().algorithm(nbytes)
+        return torus().algorithm(nbytes, _transport_of(strategy))
     return ""
+
+
+def column_of(strategy: str, nbytes: int, reduce=None) -> str:
+    """The column algorithm of a torus row (``"ring"``, ``"MPI_Allreduce"``, ``"hvd.allreduce"``,
+    ``"none"``), ``""`` for a flat or a user strategy's row."""
+    if algorithm_of(strategy, nbytes, reduce) != "torus":
+        return ""
+    if strategy == "mpi-torus":
+        return reduce.comm.column_algorithm(nbytes) if reduce is not None else ""
+    from horovod_torus.tensorflow.runtime import torus
+
+    return torus().column_algorithm(nbytes, _transport_of(strategy))
+
+
+def _transport_of(strategy: str):
+    return strategy.split(":", 1)[1] if ":" in strategy else None
 
 
 def run_strategy(strategy: str, config: BenchConfig, control, *, comm=None, on_row=None) -> list[Row]:
@@ -181,8 +199,10 @@ def run_strategy(strategy: str, config: BenchConfig, control, *, comm=None, on_r
         wrong = count_wrong(result(), expected_sum(count, nranks, config.dtype)) if config.check else -1
         gathered = control.gather([seconds, wrong])
         total_wrong = None if not config.check else int(gathered[:, 1].sum())
+        nbytes = count * DTYPES[config.dtype]
         row = Row.from_times(strategy, count, config.dtype, gathered[:, 0], total_wrong,
-                             algorithm=algorithm_of(strategy, count * DTYPES[config.dtype]))
+                             algorithm=algorithm_of(strategy, nbytes, reduce),
+                             column=column_of(strategy, nbytes, reduce))
         rows.append(row)
         if on_row is not None:
             on_row(row)

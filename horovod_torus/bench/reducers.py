@@ -2,13 +2,15 @@
 
 TensorFlow strategies (tensors in, tensors out, timed inside ``tf.function`` as training does): any name
 of the strategy registry (:func:`horovod_torus.strategies.available_strategies`): ``torus`` (on the
-transport chosen at init), ``torus:horovod``, ``torus:mpi``, ``ring`` (Horovod's flat all-reduce, the
-reference), and every strategy a user registered (``--strategy-module``). The benchmark measures exactly
+transport chosen at init), ``torus:horovod``, ``torus:mpi``, ``horovod`` (Horovod's flat all-reduce, the
+reference; ``ring``, its old name, is accepted as an alias), and every strategy a user registered
+(``--strategy-module``). The benchmark measures exactly
 what ``DistributedOptimizer(strategy=...)`` runs.
 
 MPI strategies (numpy buffers, mpi4py on ``MPI.COMM_WORLD``, measured before Horovod starts):
 
-* ``mpi-torus``: :func:`horovod_torus.mpi.torus_allreduce` on a TorusComm made once;
+* ``mpi-torus``: :func:`horovod_torus.mpi.torus_allreduce` on a TorusComm made once (with the default
+  settings: its calibrated crossover, so small buffers take one ``MPI_Allreduce``);
 * ``mpi``: ``MPI_Allreduce`` on the world communicator.
 """
 from __future__ import annotations
@@ -19,7 +21,7 @@ __all__ = ["DEFAULT_STRATEGIES", "MPI_STRATEGIES", "is_mpi", "known_strategies",
            "mpi_reduce_fn"]
 
 MPI_STRATEGIES = ("mpi-torus", "mpi")
-DEFAULT_STRATEGIES = ("torus", "ring", "mpi-torus", "mpi")
+DEFAULT_STRATEGIES = ("torus", "horovod", "mpi-torus", "mpi")
 
 
 def is_mpi(name: str) -> bool:
@@ -78,6 +80,6 @@ def mpi_reduce_fn(name: str, comm, grid=None):
 
         def torus(send, recv):
             torus_allreduce(tc, send, recv, op=MPI.SUM)
-        torus.grid = tc.grid
+        torus.grid, torus.comm = tc.grid, tc
         return torus
     raise ValueError(f"MPI strategy {name!r} is unknown: choose one of {', '.join(MPI_STRATEGIES)}")

@@ -123,8 +123,11 @@ class Row:
         time_us: {"min", "avg", "max"} over ranks of the per-iteration time, microseconds.
         algbw_gbps, busbw_gbps: from time_us["avg"] (see the module docstring).
         wrong: elements that differ from the exact expected sum, summed over ranks; None if unchecked.
-        algorithm: what ran: ``torus`` (three phases), ``flat`` (one all-reduce of the torus' transport,
-            below its ``min_torus_bytes``), ``ring`` (Horovod), ``mpi`` (MPI_Allreduce), or ``""``.
+        algorithm: what ran: ``torus`` (three phases) or ``flat`` (one all-reduce: Horovod's, a bare
+            ``MPI_Allreduce``, or the torus' flat call below its crossover), ``""`` for a user strategy.
+            Older files also hold ``ring`` (Horovod) and ``mpi`` (MPI_Allreduce).
+        column: the column phase's algorithm of a ``torus`` row (``ring``, ``MPI_Allreduce``,
+            ``hvd.allreduce``, ``none``), else ``""``.
     """
 
     strategy: str
@@ -136,9 +139,11 @@ class Row:
     busbw_gbps: float
     wrong: int | None
     algorithm: str = ""
+    column: str = ""
 
     @classmethod
-    def from_times(cls, strategy, count, dtype, per_rank_seconds, wrong, algorithm: str = "") -> "Row":
+    def from_times(cls, strategy, count, dtype, per_rank_seconds, wrong, algorithm: str = "",
+                   column: str = "") -> "Row":
         """Build a row from every rank's per-iteration time (seconds); world size = len(times)."""
         size = count * DTYPES[dtype]
         times = summarize_times(per_rank_seconds)
@@ -146,7 +151,7 @@ class Row:
         n = len(per_rank_seconds)
         return cls(strategy=strategy, size_bytes=size, count=count, dtype=dtype, time_us=times,
                    algbw_gbps=algbw_gbps(size, avg_s), busbw_gbps=busbw_gbps(size, avg_s, n),
-                   wrong=None if wrong is None else int(wrong), algorithm=algorithm)
+                   wrong=None if wrong is None else int(wrong), algorithm=algorithm, column=column)
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -167,9 +172,10 @@ def format_row(row: Row) -> str:
     """One table line, nccl-tests style; #wrong is N/A when the row was not checked."""
     t = row.time_us
     wrong = "N/A" if row.wrong is None else str(row.wrong)
+    algo = (row.algorithm or "-") + (f"/{row.column}" if row.column else "")
     return (f"{row.strategy:>10} {row.size_bytes:>12} {row.count:>11} {row.dtype:>8} {'sum':>5} "
             f"{t['min']:>11.1f} {t['avg']:>11.1f} {t['max']:>11.1f} {row.algbw_gbps:>8.3f} "
-            f"{row.busbw_gbps:>8.3f} {wrong:>7} {row.algorithm or '-':>6}")
+            f"{row.busbw_gbps:>8.3f} {wrong:>7} {algo:>6}")
 
 
 def format_table(rows) -> str:

@@ -27,7 +27,7 @@ _current: dict = {"torus": None, "settings": None}
 
 
 def init(comm=None, process_sets=None, *, grid=None, transport=None, min_torus_bytes=None, column_ring=None,
-         stall_shutdown_seconds=None, backend=None, **kwargs) -> TorusAllreduce:
+         stall_shutdown_seconds=None, backend=None, cache_dir=None, **kwargs) -> TorusAllreduce:
     """Initialise Horovod with every row and column process set of the torus grid.
 
     ``horovod.tensorflow.init(comm=None, process_sets=None)``'s parameters, in Horovod's order, then the
@@ -49,8 +49,11 @@ def init(comm=None, process_sets=None, *, grid=None, transport=None, min_torus_b
             tensors, MPI controller only) or ``"auto"`` (None: ``HOROVOD_TORUS_TRANSPORT``, else auto):
             "mpi" when Horovod runs the MPI controller and no GPU is visible, else "horovod".
         min_torus_bytes: fused buffers below this many bytes take one flat all-reduce on the same
-            transport instead of the three phases; ``"auto"`` measures both at init (a few seconds,
-            :meth:`TorusAllreduce.calibrate`); None: ``HOROVOD_TORUS_MIN_BYTES``, else 0 (always the torus).
+            transport instead of the three phases; 0: always the torus; ``"auto"`` (None:
+            ``HOROVOD_TORUS_MIN_BYTES``, else auto) reads the crossover of this job's key from the cache
+            (``HOROVOD_TORUS_CACHE_DIR``), else measures both algorithms of every transport (a few
+            seconds, :meth:`TorusAllreduce.resolve_crossover`; rank 0 writes the cache); with a GPU
+            visible at the first torus call instead of here (measuring starts TensorFlow's runtime).
         column_ring: the MPI transport's column all-reduce: True (Sendrecv ring), False (MPI_Allreduce),
             None/``"auto"`` (``HOROVOD_TORUS_COLUMN_RING``, else a ring when the column spans nodes).
         stall_shutdown_seconds: seconds a collective may wait for the other ranks before Horovod shuts
@@ -58,6 +61,8 @@ def init(comm=None, process_sets=None, *, grid=None, transport=None, min_torus_b
             ``HOROVOD_STALL_SHUTDOWN_TIME_SECONDS``, else 300; 0: never (Horovod's own default). Exported
             to Horovod as ``HOROVOD_STALL_SHUTDOWN_TIME_SECONDS``, the only way Horovod reads it.
         backend: deprecated alias of ``transport`` (DeprecationWarning).
+        cache_dir: the directory of the crossover cache files, or ``"off"`` (None:
+            ``HOROVOD_TORUS_CACHE_DIR``, else ``~/.cache/horovod_torus``); only rank 0's is used.
         **kwargs: forwarded to ``horovod.tensorflow.init``.
 
     Returns:
@@ -89,7 +94,7 @@ def init(comm=None, process_sets=None, *, grid=None, transport=None, min_torus_b
     def build():  # every local check, so that a rank with bad input tells the others instead of leaving them
         settings = TorusSettings.resolve(size=size, local_size=local_size, grid=grid, transport=transport,
                                          min_torus_bytes=min_torus_bytes, column_ring=column_ring,
-                                         stall_seconds=stall_shutdown_seconds)
+                                         stall_seconds=stall_shutdown_seconds, cache_dir=cache_dir)
         user_sets = _check_process_sets(process_sets, size)
         return (settings, user_sets), {**settings.agreement(), "size": size,
                                        "process_sets": [list(s.ranks) for s in user_sets]}
@@ -112,8 +117,17 @@ def init(comm=None, process_sets=None, *, grid=None, transport=None, min_torus_b
     _current["settings"] = settings
     _current["torus"] = TorusAllreduce(sets, chosen, torus_comm, 0 if auto else settings.min_torus_bytes)
     if auto:
-        _current["torus"].calibrate()
+        if _gpu_visible():  # measuring starts TensorFlow's runtime: not before the user pinned a GPU
+            _current["torus"].defer_crossover(settings.cache_dir, context.launcher)
+        else:
+            _current["torus"].resolve_crossover(settings.cache_dir, context.launcher)
     return _current["torus"]
+
+
+def _gpu_visible() -> bool:
+    import tensorflow as tf
+
+    return bool(tf.config.list_physical_devices("GPU"))
 
 
 def _transport_argument(transport, backend):

@@ -22,6 +22,7 @@ from __future__ import annotations
 import horovod.tensorflow as _hvd
 import tensorflow as tf
 
+from horovod_torus import crossover
 from horovod_torus.fusion import plan_fusion
 from horovod_torus.phases import allreduce_buffer
 from horovod_torus.scaling import postscale as _postscale
@@ -70,7 +71,8 @@ class TorusAllreduce:
         grid: the TorusTopology. ``rank``: this rank. ``process_sets``: the TorusProcessSets.
         transport: ``"horovod"`` or ``"mpi"``: the default data path chosen at init.
         min_torus_bytes: fused buffers smaller than this (bytes) take one flat all-reduce on the same
-            transport instead of the three phases (0: always the torus).
+            transport instead of the three phases (0: always the torus); per transport in
+            :attr:`crossover` (``init`` resolves ``"auto"`` with :meth:`resolve_crossover`).
         torus_comm: the :class:`horovod_torus.mpi.TorusComm` (None when Horovod has no MPI controller).
     """
 
@@ -84,60 +86,133 @@ class TorusAllreduce:
         self.grid, self.rank = process_sets.grid, process_sets.rank
         self.transport = transport
         self.torus_comm = torus_comm
+        #: transport -> its crossover (bytes); :attr:`min_torus_bytes` sets every one.
+        self.crossover = {}
+        #: transport -> where its crossover came from: "setting", "cache", "measured".
+        self.crossover_source = {}
         self.min_torus_bytes = int(min_torus_bytes)
+        self._pending_crossover = None  # (cache_dir, launcher): "auto" still to resolve at the first call
         # init must not start TensorFlow's runtime (users pin GPUs after hvd.init, as with Horovod): the
         # Horovod transport creates its call counter variable at its first call.
         self._horovod = HorovodTransport(process_sets)
 
     def __repr__(self) -> str:
         return (f"TorusAllreduce(grid={self.grid}, rank={self.rank}, transport={self.transport!r}, "
-                f"min_torus_bytes={self.min_torus_bytes})")
+                f"min_torus_bytes={self.crossover})")
 
-    def algorithm(self, nbytes: int) -> str:
-        """``"flat"`` for a fused buffer of ``nbytes`` bytes below :attr:`min_torus_bytes`, else ``"torus"``."""
-        return "flat" if nbytes < self.min_torus_bytes else "torus"
+    @property
+    def min_torus_bytes(self) -> int:
+        """The default transport's crossover (bytes): fused buffers below it take one flat all-reduce on
+        the same transport (0: always the torus; :data:`horovod_torus.crossover.NEVER`: always flat).
+        Assigning it sets the crossover of every transport."""
+        return self.crossover.get(self.transport, 0)
 
-    def calibrate(self, sizes=tuple(4096 * 4 ** k for k in range(7)), iters: int = 3) -> int:
-        """Measure the three phases against the flat all-reduce of the same transport and set
-        :attr:`min_torus_bytes` to the smallest measured size from which the torus is never slower
-        (``2**62``, i.e. always flat, when it loses at the largest size). Collective: every rank calls it;
-        the medians summed over the ranks decide, so every rank sets the same value.
+    @min_torus_bytes.setter
+    def min_torus_bytes(self, value: int) -> None:
+        self.crossover = {t: int(value) for t in self.transports()}
+        self.crossover_source = {t: "setting" for t in self.transports()}
+
+    def transports(self) -> tuple:
+        """The transports this torus can run: ``("horovod", "mpi")`` with an MPI TorusComm, else
+        ``("horovod",)``."""
+        return TRANSPORTS if self.torus_comm is not None else ("horovod",)
+
+    def algorithm(self, nbytes: int, transport: str | None = None) -> str:
+        """``"flat"`` for a fused buffer of ``nbytes`` bytes below the crossover of ``transport`` (None:
+        the default one), else ``"torus"``."""
+        return "flat" if nbytes < self.crossover.get(transport or self.transport, 0) else "torus"
+
+    def column_algorithm(self, nbytes: int, transport: str | None = None) -> str:
+        """Phase 2's algorithm for a fused buffer of ``nbytes`` bytes: on the MPI transport
+        :meth:`horovod_torus.mpi.TorusComm.column_algorithm`; on the Horovod transport ``"hvd.allreduce"``
+        (Horovod's all-reduce on the column's process set: its controller picks the algorithm);
+        ``"none"`` for a grid of one row."""
+        if (transport or self.transport) == "mpi":
+            return self.torus_comm.column_algorithm(nbytes)
+        return "none" if self.grid.y == 1 else "hvd.allreduce"
+
+    def calibrate(self, sizes=crossover.DEFAULT_SIZES, rounds: int = crossover.ROUNDS,
+                  calls: int = crossover.CALLS, transport: str | None = None) -> int:
+        """Measure the three phases against the flat all-reduce of ``transport`` (None: the default one)
+        with :func:`horovod_torus.crossover.calibrate` (rounds in alternating order, medians, the maximum
+        over the ranks, the flat call unless the torus is at least 5 % faster) and set that transport's
+        crossover. Collective: every rank calls it with the same arguments; every rank sets the same
+        value. No cache is read or written (:meth:`resolve_crossover` does).
 
         Args:
-            sizes: buffer sizes in bytes (float32), ascending (default 4 KiB .. 16 MiB, x4).
-            iters: timed calls per size and algorithm (median taken), after one warm-up call each.
+            sizes: buffer sizes in bytes (float32), measured from the largest down (default 4 KiB ..
+                16 MiB, x4). ``rounds``, ``calls``: per size; timed calls per algorithm and round.
 
         Returns:
-            The new ``min_torus_bytes``.
+            The new crossover in bytes (:data:`horovod_torus.crossover.NEVER`: always flat).
         """
-        import numpy as np
+        transport = transport or self.transport
+        result = crossover.calibrate(lambda *a: self._measure(transport, *a), self._agree_max, sizes, rounds,
+                                     calls)
+        self.crossover[transport] = result.min_torus_bytes
+        self.crossover_source[transport] = "measured"
+        return result.min_torus_bytes
 
+    def resolve_crossover(self, cache_dir: str | None, launcher: str) -> dict:
+        """The ``"auto"`` crossover of every transport: the cached value of its
+        :class:`horovod_torus.crossover.CrossoverKey` (rank 0's file in ``cache_dir``, broadcast), else
+        :meth:`calibrate` (rank 0 then writes the file). Collective; runs TensorFlow ops eagerly, so
+        ``init`` calls it at once only when no GPU is visible (else at the first torus call, after the
+        user pinned a GPU). One rank: 0. Returns :attr:`crossover`."""
+        import socket
+
+        from horovod_torus import __version__
+
+        if self.grid.size == 1:
+            self.min_torus_bytes = 0
+            return self.crossover
+        hosts = crossover.host_runs(_hvd.allgather_object(socket.gethostname(), name="horovod_torus_hosts"))
+        for t in self.transports():
+            variant = f"column_ring={int(self.torus_comm.column_ring)}" if t == "mpi" else ""
+            key = crossover.CrossoverKey(world_size=self.grid.size, grid=str(self.grid), launcher=launcher,
+                                         hosts=hosts, transport=t, variant=variant, version=__version__)
+            value, source = crossover.resolve(
+                key, rank=self.rank, cache_dir=cache_dir,
+                broadcast=lambda obj: _hvd.broadcast_object(obj, root_rank=0, name=f"horovod_torus_cache_{t}"),
+                run_calibration=lambda: crossover.calibrate(lambda *a: self._measure(t, *a), self._agree_max))
+            self.crossover[t], self.crossover_source[t] = value, source
+        return self.crossover
+
+    def defer_crossover(self, cache_dir: str | None, launcher: str) -> None:
+        """Resolve the ``"auto"`` crossover at the first torus call instead of now (:meth:`resolve_crossover`
+        then runs eagerly, under ``tf.init_scope`` when the call is being traced); until then the flat
+        call is assumed nowhere."""
+        self._pending_crossover = (cache_dir, launcher)
+
+    def _resolve_pending(self) -> None:
+        cache_dir, launcher = self._pending_crossover
+        self._pending_crossover = None
+        with tf.init_scope():
+            if not tf.executing_eagerly():  # a TF1 graph: nothing can be measured; the flat call
+                import warnings
+
+                warnings.warn("horovod_torus: min_torus_bytes='auto' cannot be calibrated inside a TF1 graph: "
+                              "the flat all-reduce is used at every size (set min_torus_bytes to a number)")
+                self.min_torus_bytes = crossover.NEVER
+                return
+            self.resolve_crossover(cache_dir, launcher)
+
+    def _measure(self, transport, nbytes, algorithm, calls, warmup):
+        """Seconds of ``calls`` eager all-reduces of ``nbytes`` (float32) with the algorithm forced."""
         from horovod_torus.timing import time_calls
 
-        medians = []
-        for nbytes in sizes:
-            buf = tf.ones([max(1, nbytes // 4)], tf.float32)
-            pair = []
-            for algorithm in ("flat", "torus"):
-                saved = self.min_torus_bytes
-                self.min_torus_bytes = 2 ** 62 if algorithm == "flat" else 0
-                try:
-                    times = time_calls(lambda: self([buf], Sum)[0], iters, warmup=1, wait=lambda t: t.numpy())
-                finally:
-                    self.min_torus_bytes = saved
-                pair.append(float(np.median(times)))
-            medians.append(pair)
-        self.min_torus_bytes = 0
-        # every rank decides on the sum over ranks of the medians: the same numbers, so the same choice
-        summed = self([tf.constant(medians, tf.float64)], Sum)[0]
-        wins = [t <= f for f, t in summed.numpy().tolist()]
-        crossover = 2 ** 62
-        for nbytes, win in zip(reversed(sizes), reversed(wins)):
-            if not win:
-                break
-            crossover = nbytes
-        self.min_torus_bytes = int(crossover)
-        return self.min_torus_bytes
+        buf = tf.ones([max(1, nbytes // 4)], tf.float32)
+        saved = self.crossover.get(transport, 0)
+        self.crossover[transport] = crossover.NEVER if algorithm == "flat" else 0
+        try:
+            return time_calls(lambda: self([buf], Sum, transport=transport)[0], calls, warmup=warmup,
+                              wait=lambda t: t.numpy(), barrier=_barrier)
+        finally:
+            self.crossover[transport] = saved
+
+    @staticmethod
+    def _agree_max(values):
+        return _hvd.allreduce(tf.constant(values, tf.float64), op=_hvd.Max, name="horovod_torus_calibrate").numpy()
 
     def strategy(self, transport: str | None = None):
         """A strategy callable (the registry's contract) bound to ``transport`` (None: the default).
@@ -191,6 +266,8 @@ class TorusAllreduce:
         tensors = check_tensors(list(tensors))
         if not tensors:
             return []
+        if self._pending_crossover is not None:
+            self._resolve_pending()
         transport = transport or self.transport
         if transport not in TRANSPORTS:
             raise ValueError(f"transport={transport!r}: choose one of {', '.join(TRANSPORTS)}")
@@ -227,7 +304,7 @@ class TorusAllreduce:
         for g in groups:
             narrow = [i for i in g.indices if own[i] in NARROW_INTEGERS]
             members = [compressed[i] for i in g.indices]
-            algorithm = self.algorithm(g.total * members[0].dtype.size)
+            algorithm = self.algorithm(g.total * members[0].dtype.size, transport)
             signature = CallSignature(elements=g.total, dtype=g.dtype, layout=layout, op=op_label(op),
                                       prescale=prescale, postscale=postscale,
                                       compression=getattr(compression, "__name__", type(compression).__name__),
@@ -251,6 +328,11 @@ class TorusAllreduce:
         if self.torus_comm is not None:
             self.torus_comm.free()
             self.torus_comm = None
+
+
+def _barrier() -> None:
+    """Every rank has arrived (a one-element Horovod all-reduce, waited for)."""
+    _hvd.allreduce(tf.zeros([1]), op=Sum, name="horovod_torus_calibrate_barrier").numpy()
 
 
 def _pack(members):

@@ -12,6 +12,7 @@ export PATH="$(dirname "$PYTHON"):$PATH"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export TF_CPP_MIN_LOG_LEVEL=2 PYTHONWARNINGS=ignore HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=120
 unset HOROVOD_TORUS_GRID HOROVOD_TORUS_TRANSPORT HOROVOD_TORUS_BACKEND
+export HOROVOD_TORUS_MIN_BYTES=0   # the test checks the three phases across nodes, at every size
 NAME=${CLUSTER_TEST_NAME:-httest}
 cluster() { local sub=$1; shift; "$PYTHON" -m tools.cluster "$sub" --name "$NAME" "$@"; }
 if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null || ! command -v unshare >/dev/null; then

@@ -39,6 +39,7 @@ RANK_ENV = {"mpirun": "OMPI_COMM_WORLD_RANK", "horovodrun": "HOROVOD_RANK"}
 def _env():
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
                TF_CPP_MIN_LOG_LEVEL="2", PYTHONWARNINGS="ignore", OMPI_MCA_rmaps_base_oversubscribe="1",
+               HOROVOD_TORUS_MIN_BYTES="0",  # the torus' phases, as before the calibrated default
                PATH=os.path.dirname(PYTHON) + os.pathsep + os.environ["PATH"])
     env.pop("HOROVOD_TORUS_GRID", None)
     return env

@@ -14,6 +14,7 @@ export HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=${HOROVOD_STALL_SHUTDOWN_TIME_SECONDS
 LAUNCH_TIMEOUT=${LAUNCH_TIMEOUT:-900}
 filter=${1:-.}
 logroot=$(mktemp -d /tmp/horovod-torus-parallel.XXXXXX)
+export HOROVOD_TORUS_CACHE_DIR="$logroot/crossover-cache"   # launches with the calibrated crossover: a fresh cache
 declare -A passed failed launches
 total_fail=0; total_pass=0; bad_launches=0
 n=0

@@ -16,6 +16,7 @@ run_case() {
   local script=$1 ok_re=$2 ok_n=$3 fin_re=$4 fin_n=$5 log dir start rc took ok fin
   log=$(mktemp /tmp/horovod-torus-stall.XXXXXX); dir=$(mktemp -d /tmp/horovod-torus-stall.XXXXXX)
   launcher_command cmd mpirun --local --np 4 -x HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=10 -x PYTHONPATH="$PWD" \
+    -x HOROVOD_TORUS_MIN_BYTES=0 \
     -x STALL_DIR="$dir" -- "$PYTHON" "$script"
   start=$(date +%s)
   timeout 120 "${cmd[@]}" > "$log" 2>&1 < /dev/null

@@ -22,16 +22,21 @@ def test_short_sweep_every_strategy_correct(hvd, world, tmp_path):
         return
     doc = json.loads(path.read_text())
     # the MPI baselines run first (in the CLI: before Horovod starts)
-    expected = (["mpi-torus", "mpi", "torus", "ring"] if LaunchContext.from_environ().mpi_world
-                else ["torus", "ring"])
+    expected = (["mpi-torus", "mpi", "torus", "horovod"] if LaunchContext.from_environ().mpi_world
+                else ["torus", "horovod"])
     assert doc["world_size"] == size and doc["grid"] == str(hvd.grid())
     assert [r["strategy"] for r in doc["rows"]] == [s for s in expected for _ in range(3)]
     assert [r["size_bytes"] for r in doc["rows"][:3]] == [4, 256, 16384]
     assert [r["count"] for r in doc["rows"][:3]] == [1, 64, 4096]
-    algorithms = {"mpi-torus": "torus", "mpi": "mpi", "torus": hvd.torus().algorithm(4), "ring": "ring"}
+    torus = hvd.torus()
     for r in doc["rows"]:
         assert r["wrong"] == 0, r
-        assert r["algorithm"] == algorithms[r["strategy"]], r
+        want = {"mpi-torus": "torus", "mpi": "flat", "horovod": "flat",   # the launch runs min_torus_bytes=0
+                "torus": torus.algorithm(r["size_bytes"])}[r["strategy"]]
+        assert r["algorithm"] == want, r
+        assert bool(r["column"]) == (want == "torus"), r
+        if r["strategy"] == "torus":
+            assert r["column"] == torus.column_algorithm(r["size_bytes"]), r
         assert 0 < r["time_us"]["min"] <= r["time_us"]["avg"] <= r["time_us"]["max"]
         assert abs(r["algbw_gbps"] - r["size_bytes"] / r["time_us"]["avg"] / 1e3) < 1e-9
         assert abs(r["busbw_gbps"] - r["algbw_gbps"] * 2 * (size - 1) / size) < 1e-9
@@ -44,6 +49,6 @@ def test_short_sweep_every_strategy_correct(hvd, world, tmp_path):
         (3, "float64", 0), (37, "float64", 0), (375, "float64", 0)]
     bf16 = json.loads((tmp_path / "bf16.json").read_text())
     # only the torus sums bfloat16 (as float32): Horovod and MPI have no bfloat16 reduction
-    assert {"ring", "mpi"} <= set(bf16["skipped"])
+    assert {"horovod", "mpi"} <= set(bf16["skipped"])
     assert [(r["strategy"], r["count"], r["wrong"]) for r in bf16["rows"]] == [
         ("torus", 1, 0), ("torus", 10, 0), ("torus", 100, 0), ("torus", 1000, 0)]

@@ -81,9 +81,9 @@ def test_calibrate_sets_the_same_crossover_on_every_rank(hvd, world):
     saved = torus.min_torus_bytes
     try:
         sizes = (4096, 65536)
-        value = torus.calibrate(sizes=sizes, iters=2)
+        value = torus.calibrate(sizes=sizes, rounds=3, calls=1)
         assert value in sizes + (2 ** 62,)
-        assert torus.min_torus_bytes == value
+        assert torus.min_torus_bytes == value and torus.crossover_source[torus.transport] == "measured"
     finally:
         torus.min_torus_bytes = saved
     gathered = hvd.allgather(tf.constant([value], tf.int64)).numpy()

@@ -13,7 +13,7 @@ def test_defaults_and_nccl_tests_flags():
     c = parse()
     assert c.sizes[0] == 4 and c.sizes[-1] == 128 * 2 ** 20 and len(c.sizes) == 26
     assert (c.iters, c.warmup, c.check, c.dtype) == (20, 5, True, "float32")
-    assert c.strategies == ("torus", "ring", "mpi-torus", "mpi")
+    assert c.strategies == ("torus", "horovod", "mpi-torus", "mpi")
     c = parse("-b", "1K", "-e", "1M", "-f", "32", "-n", "3", "-w", "0", "-c", "0", "-d", "half",
               "--strategies", "ring", "ring", "mpi", "--grid", "2x2")
     assert c.sizes == (1024, 32768, 1048576) and (c.iters, c.warmup, c.check) == (3, 0, False)

@@ -55,6 +55,8 @@ def test_row_from_per_rank_times():
     assert line.split() == ["torus", "1048576", "262144", "float32", "sum", "1000.0", "2000.0", "3000.0",
                             f"{row.algbw_gbps:.3f}", f"{row.busbw_gbps:.3f}", "0", "flat"]
     assert "N/A" in format_row(Row.from_times("mpi", 1, "float64", [1e-6], None))
+    torus = Row.from_times("mpi-torus", 4, "float32", [1e-3], 0, algorithm="torus", column="ring")
+    assert format_row(torus).split()[-1] == "torus/ring"
     assert format_table([row]).count("\n") == 2
 
 
@@ -66,7 +68,7 @@ def test_json_document_keys(tmp_path):
     back = json.loads(path.read_text())
     assert set(back) >= {"world_size", "grid", "host", "rows"}
     assert set(back["rows"][0]) == {"strategy", "size_bytes", "count", "dtype", "time_us", "algbw_gbps",
-                                    "busbw_gbps", "wrong", "algorithm"}
+                                    "busbw_gbps", "wrong", "algorithm", "column"}
     assert back["rows"][0]["time_us"] == pytest.approx({"min": 10.0, "avg": 20.0, "max": 30.0})
     assert list(tmp_path.joinpath("sub").iterdir()) == [path]  # no temporary file left behind
 

@@ -2,7 +2,7 @@
 import pytest
 
 from horovod_torus.launch import LaunchContext
-from horovod_torus.settings import DEFAULT_STALL_SECONDS, TorusSettings
+from horovod_torus.settings import DEFAULT_CACHE_DIR, DEFAULT_STALL_SECONDS, TorusSettings
 from horovod_torus.topology import TorusTopology
 
 
@@ -12,10 +12,26 @@ def resolve(environ=None, size=4, local_size=4, **kwargs):
 
 def test_defaults():
     s = resolve(size=8, local_size=4)
-    assert s == TorusSettings(grid=TorusTopology(4, 2), transport="auto", min_torus_bytes=0, column_ring=None,
-                              stall_seconds=DEFAULT_STALL_SECONDS)
-    assert s.agreement() == {"grid": "4x2", "transport": "auto", "min_torus_bytes": 0, "column_ring": "auto",
+    assert s == TorusSettings(grid=TorusTopology(4, 2), transport="auto", min_torus_bytes="auto", column_ring=None,
+                              stall_seconds=DEFAULT_STALL_SECONDS, cache_dir="~/.cache/horovod_torus")
+    assert DEFAULT_CACHE_DIR == "~/.cache/horovod_torus"
+    assert s.agreement() == {"grid": "4x2", "transport": "auto", "min_torus_bytes": "auto", "column_ring": "auto",
                              "stall_seconds": 300.0}
+
+
+def test_min_torus_bytes_zero_still_means_always_the_torus():
+    assert resolve({"HOROVOD_TORUS_MIN_BYTES": "0"}).min_torus_bytes == 0
+    assert resolve({"HOROVOD_TORUS_MIN_BYTES": "auto"}, min_torus_bytes=0).min_torus_bytes == 0
+    assert resolve(min_torus_bytes="auto").min_torus_bytes == "auto"
+
+
+def test_cache_dir_from_argument_variable_or_off():
+    assert resolve({"HOROVOD_TORUS_CACHE_DIR": "/tmp/x "}).cache_dir == "/tmp/x"
+    assert resolve({"HOROVOD_TORUS_CACHE_DIR": "/tmp/x"}, cache_dir="/tmp/y").cache_dir == "/tmp/y"
+    assert resolve({"HOROVOD_TORUS_CACHE_DIR": "OFF"}).cache_dir is None
+    assert "cache_dir" not in resolve({"HOROVOD_TORUS_CACHE_DIR": "/tmp/x"}).agreement()
+    with pytest.raises(ValueError, match=r"cache_dir='  ' must be a directory or 'off'"):
+        resolve(cache_dir="  ")
 
 
 def test_variables_are_read_when_no_argument_is_given():
@@ -46,7 +62,7 @@ def test_fields_limit_the_variables_read():
     env = {"HOROVOD_TORUS_TRANSPORT": "nccl", "HOROVOD_TORUS_MIN_BYTES": "lots", "HOROVOD_TORUS_GRID": "1x4",
            "HOROVOD_TORUS_COLUMN_RING": "0"}
     s = resolve(env, fields=("grid", "column_ring", "stall_seconds"))
-    assert (s.grid, s.transport, s.min_torus_bytes, s.column_ring) == (TorusTopology(1, 4), "auto", 0, False)
+    assert (s.grid, s.transport, s.min_torus_bytes, s.column_ring) == (TorusTopology(1, 4), "auto", "auto", False)
     with pytest.raises(ValueError, match="HOROVOD_TORUS_TRANSPORT='nccl'"):
         resolve(env)
 

@@ -1,0 +1,188 @@
+"""The default crossover (``min_torus_bytes="auto"``): below it the flat call runs, at and above it the three
+phases, on every transport and in the numpy API, with results equal to numpy and to Horovod's flat call;
+calibration agrees across ranks and is cached.
+
+Launched by tests/parallel/run_all.sh with ``HOROVOD_TORUS_MIN_BYTES=auto`` (the package's default; the
+other parallel tests run with 0). Before Horovod starts, every rank writes a cache file of crossover
+``CROSSOVER`` for this job's key into its own directory (only rank 0's is read), so the default's choice is
+known here whatever this machine measures; the calibration itself is checked on empty directories.
+"""
+import os
+import socket
+import tempfile
+
+import numpy as np
+import pytest
+
+from horovod_torus import __version__, crossover
+from horovod_torus.launch import LaunchContext
+
+CROSSOVER = 64 * 1024
+CONTEXT = LaunchContext.from_environ()
+CACHE = tempfile.mkdtemp(prefix=f"horovod-torus-crossover-r{CONTEXT.rank}-")
+
+
+def _key(transport, variant=""):
+    grid = os.environ["HOROVOD_TORUS_GRID"]
+    return crossover.CrossoverKey(world_size=CONTEXT.size, grid=grid, launcher=CONTEXT.launcher,
+                                  hosts=((socket.gethostname(), CONTEXT.size),), transport=transport,
+                                  variant=variant, version=__version__)
+
+
+def _prepare():
+    """Cache files of CROSSOVER for the TensorFlow transports of this launch (one host: the ranks' hosts
+    are this one; the MPI transport's column is MPI_Allreduce on one host)."""
+    assert os.environ.get("HOROVOD_TORUS_MIN_BYTES") == "auto", "launch this file with HOROVOD_TORUS_MIN_BYTES=auto"
+    fixed = crossover.Calibration(CROSSOVER, {CROSSOVER: 0.5}, 1, 1, 0.0)
+    for transport, variant in (("horovod", ""), ("mpi", "column_ring=0")):
+        crossover.write_cache(CACHE, _key(transport, variant), fixed)
+    os.environ["HOROVOD_TORUS_CACHE_DIR"] = CACHE
+
+
+_prepare()  # at import: before the session's hvd fixture initialises Horovod
+
+
+class Spy:
+    """Counts the flat and the three-phase calls a transport makes (wraps two methods of the instance)."""
+
+    def __init__(self, transport):
+        self.flat = self.phases = 0
+        flat, scatter = transport.allreduce_flat, transport.reduce_scatter
+
+        def allreduce_flat(*a):
+            self.flat += 1
+            return flat(*a)
+
+        def reduce_scatter(*a):
+            self.phases += 1
+            return scatter(*a)
+        transport.allreduce_flat, transport.reduce_scatter = allreduce_flat, reduce_scatter
+        self._undo = lambda: (vars(transport).pop("allreduce_flat"), vars(transport).pop("reduce_scatter"))
+
+    def counts(self):
+        out = (self.flat, self.phases)
+        self.flat = self.phases = 0
+        return out
+
+
+def _transports(hvd):
+    torus = hvd.torus()
+    spies = {"horovod": torus._horovod}
+    if torus.torus_comm is not None:
+        spies["mpi"] = torus.torus_comm
+    return spies
+
+
+def test_the_default_reads_the_cache_and_picks_flat_below_and_torus_above(hvd, world):
+    import tensorflow as tf
+
+    size, rank = world
+    torus = hvd.torus()
+    assert hvd.settings().min_torus_bytes == "auto"
+    want_transports = ("horovod", "mpi") if torus.torus_comm is not None else ("horovod",)
+    assert torus.crossover == {t: CROSSOVER for t in want_transports}
+    assert torus.crossover_source == {t: "cache" for t in want_transports}
+    for t, transport in _transports(hvd).items():
+        spy = Spy(transport)
+        try:
+            for n, algorithm in ((1, "flat"), (CROSSOVER // 4 - 1, "flat"), (CROSSOVER // 4, "torus"),
+                                 (CROSSOVER // 4 + 1001, "torus")):
+                assert torus.algorithm(4 * n, t) == algorithm
+                x = tf.constant((np.arange(n) % 7 + rank).astype(np.float32))
+                got = hvd.allreduce(x, op=hvd.Sum, strategy=f"torus:{t}").numpy()
+                flat = hvd.allreduce(x, op=hvd.Sum, strategy="horovod").numpy()
+                want = sum((np.arange(n) % 7 + r).astype(np.float32) for r in range(size))
+                np.testing.assert_array_equal(got, want)
+                np.testing.assert_array_equal(got, flat)
+                assert spy.counts() == ((1, 0) if algorithm == "flat" else (0, 1)), (t, n)
+        finally:
+            spy._undo()
+
+
+def test_the_bench_names_the_algorithm_that_ran(hvd, world):
+    from horovod_torus.bench.allreduce import algorithm_of
+
+    t = hvd.torus().transport
+    assert algorithm_of("torus", CROSSOVER - 4) == "flat"
+    assert algorithm_of("torus", CROSSOVER).startswith("torus")
+    assert algorithm_of(f"torus:{t}", 8) == "flat"
+    assert algorithm_of("horovod", 1 << 30) == algorithm_of("ring", 8) == "flat"
+
+
+def test_calibration_on_an_empty_cache_agrees_and_is_cached(hvd, world, tmp_path):
+    """Measured on every transport (the largest size first: on one host usually the only one), the same
+    value on every rank, written by rank 0, then read back without measuring."""
+    import tensorflow as tf
+
+    size, rank = world
+    torus = hvd.torus()
+    saved = dict(torus.crossover), dict(torus.crossover_source)
+    directory = str(tmp_path)   # per rank: only rank 0's is written
+    try:
+        measured = dict(torus.resolve_crossover(directory, CONTEXT.launcher))
+        sources = dict(torus.crossover_source)
+        again = dict(torus.resolve_crossover(directory, CONTEXT.launcher))
+        again_sources = dict(torus.crossover_source)
+    finally:
+        torus.crossover, torus.crossover_source = saved
+    values = [measured[t] for t in sorted(measured)]
+    gathered = hvd.allgather(tf.constant([values], tf.int64)).numpy()
+    assert (gathered == gathered[0]).all(), gathered
+    assert set(sources.values()) == {"measured"} and set(again_sources.values()) == {"cache"}
+    assert again == measured
+    assert all(v in crossover.DEFAULT_SIZES + (crossover.NEVER,) for v in values)
+    files = sorted(os.listdir(directory))
+    assert len(files) == (len(measured) if rank == 0 else 0), files
+
+
+@pytest.fixture()
+def mpi_world(hvd):
+    if hvd.torus_comm() is None:
+        pytest.skip("the numpy API needs an MPI world (mpirun)")
+    from mpi4py import MPI
+
+    return MPI.COMM_WORLD
+
+
+def test_numpy_api_default_picks_flat_below_and_torus_above(hvd, mpi_world, tmp_path):
+    """TorusComm.create with the default: rank 0's cache file of the ``numpy`` key gives the crossover;
+    the small calls are one flat MPI_Allreduce, the large ones the three phases; results equal numpy and
+    MPI_Allreduce."""
+    from mpi4py import MPI
+
+    from horovod_torus.mpi import TorusComm, torus_allreduce
+
+    comm, rank, size = mpi_world, mpi_world.Get_rank(), mpi_world.Get_size()
+    directory = str(tmp_path)
+    crossover.write_cache(directory, _key("numpy", "column_ring=0"), crossover.Calibration(CROSSOVER, {}, 1, 1, 0.0))
+    with TorusComm.create(comm, cache_dir=directory) as tc:
+        assert (tc.min_torus_bytes, tc.crossover_source) == (CROSSOVER, "cache")
+        spy = Spy(tc)
+        for n, algorithm in ((2, "flat"), (CROSSOVER // 4 - 1, "flat"), (CROSSOVER // 4, "torus"),
+                             (CROSSOVER // 4 + 999, "torus")):
+            assert tc.algorithm(4 * n) == algorithm
+            x = (np.arange(n) % 5 + rank).astype(np.float32)
+            got = torus_allreduce(tc, x)
+            flat = np.empty_like(x)
+            comm.Allreduce(x, flat, op=MPI.SUM)
+            np.testing.assert_array_equal(got, sum((np.arange(n) % 5 + r).astype(np.float32) for r in range(size)))
+            np.testing.assert_array_equal(got, flat)
+            assert spy.counts() == ((1, 0) if algorithm == "flat" else (0, 1)), n
+        assert tc.calls == 4   # the user's calls only
+
+
+def test_numpy_api_calibrates_once_agrees_and_caches(hvd, mpi_world, tmp_path):
+    from horovod_torus.mpi import TorusComm
+
+    comm = mpi_world
+    directory = str(tmp_path)
+    with TorusComm.create(comm, cache_dir=directory, min_torus_bytes="auto") as tc:
+        first = (tc.min_torus_bytes, tc.crossover_source, tc.calls)
+    with TorusComm.create(comm, cache_dir=directory) as tc:
+        second = (tc.min_torus_bytes, tc.crossover_source)
+    with TorusComm.create(comm, cache_dir=directory, min_torus_bytes=0) as tc:
+        explicit = (tc.min_torus_bytes, tc.crossover_source, tc.algorithm(8))
+    everyone = comm.allgather(first[0])
+    assert len(set(everyone)) == 1, everyone
+    assert first[1:] == ("measured", 0) and second == (first[0], "cache")
+    assert explicit == (0, "setting", "torus")

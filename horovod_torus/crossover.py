@@ -45,7 +45,7 @@ import numpy as np
 from horovod_torus.atomic import write_json_atomic
 
 __all__ = ["CrossoverKey", "Calibration", "CrossoverCacheWarning", "host_runs", "cache_path", "read_cache",
-           "write_cache", "decide", "calibrate", "resolve", "show", "main", "NEVER", "FORMAT", "DEFAULT_SIZES", "ROUNDS",
+           "write_cache", "decide", "calibrate", "resolve", "show", "NEVER", "FORMAT", "DEFAULT_SIZES", "ROUNDS",
            "CALLS", "LARGE_BYTES", "MARGIN"]
 
 #: ``min_torus_bytes`` that means "always the flat all-reduce" (no buffer is that large).
@@ -285,59 +285,3 @@ def show(directory: str) -> list[dict]:
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             out.append({"path": path, "error": str(exc)})
     return sorted(out, key=lambda d: str(d.get("utc", "")))
-
-
-def main(argv=None) -> int:
-    """``python -m horovod_torus.crossover``: list the cache, or (under a launcher) calibrate and cache the
-    crossover of this job's key for the numpy API and, with ``--tensorflow``, the TensorFlow torus."""
-    import argparse
-    import sys
-
-    from horovod_torus.settings import DEFAULT_CACHE_DIR
-
-    p = argparse.ArgumentParser(prog="python -m horovod_torus.crossover", description=main.__doc__.split("\n")[0])
-    p.add_argument("--cache-dir", default=None, help=f"the cache directory (HOROVOD_TORUS_CACHE_DIR, else {DEFAULT_CACHE_DIR})")
-    p.add_argument("--show", action="store_true", help="list the cache files and exit (no launcher needed)")
-    p.add_argument("--grid", default=None, help="torus grid XxY (HOROVOD_TORUS_GRID, else the default)")
-    p.add_argument("--tensorflow", action="store_true", help="also hvd.init (every TensorFlow transport)")
-    p.add_argument("--force", action="store_true", help="measure again even when a cache file exists")
-    args = p.parse_args(argv)
-    from horovod_torus.settings import TorusSettings
-
-    cache_dir = TorusSettings.resolve(size=1, cache_dir=args.cache_dir, fields=("cache_dir",)).cache_dir
-    if args.show:
-        for d in show(cache_dir or DEFAULT_CACHE_DIR):
-            key = d.get("key", {})
-            print(f"{d['path']}: {d.get('error') or ''}{key.get('transport', '?')} {key.get('world_size', '?')} ranks "
-                  f"grid {key.get('grid', '?')} {key.get('launcher', '?')} hosts {key.get('hosts', '?')} -> "
-                  f"min_torus_bytes {d.get('min_torus_bytes')} ratios {d.get('ratios')} ({d.get('utc', '')})")
-        return 0
-    from mpi4py import MPI
-
-    from horovod_torus.mpi import TorusComm
-
-    comm = MPI.COMM_WORLD
-    if args.force and comm.Get_rank() == 0 and cache_dir:
-        for d in show(cache_dir):
-            os.unlink(d["path"])
-    comm.Barrier()
-    with TorusComm.create(comm, args.grid, min_torus_bytes="auto", cache_dir=cache_dir or "off") as tc:
-        lines = [f"numpy API, grid {tc.grid}: min_torus_bytes {tc.min_torus_bytes} ({tc.crossover_source})"]
-    if args.tensorflow:
-        import horovod_torus.tensorflow as hvd
-
-        import tensorflow as tf
-
-        torus = hvd.init(grid=args.grid, min_torus_bytes="auto", cache_dir=cache_dir or "off")
-        torus([tf.zeros([1])], op=hvd.Sum)   # with a GPU visible the first call resolves it
-        lines += [f"TensorFlow torus, transport {t}: min_torus_bytes {v} ({torus.crossover_source[t]})"
-                  for t, v in torus.crossover.items()]
-        hvd.shutdown()
-    if comm.Get_rank() == 0:
-        print("\n".join(lines) + (f"\ncached in {cache_dir}" if cache_dir else "\nno cache (off)"))
-    sys.stdout.flush()
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -152,6 +152,7 @@ def main(argv=None) -> int:
     p.add_argument("out", help="the folder of bench_targets.sh (allreduce-K.json ...)")
     p.add_argument("runs", type=int, help="rounds K = 1..RUNS")
     p.add_argument("--json", default=None, metavar="FILE", help="write the summary (docs/bench_targets.json for the docs)")
+    p.add_argument("--version", action="version", version=f"%(prog)s {__import__('horovod_torus').__version__}")
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
     doc = summary_document(args.out, args.runs)
     print(f"\n# targets over {doc['rounds']} rounds ({args.out}); #wrong over all rows: {doc['wrong']}; "

@@ -186,3 +186,15 @@ def test_numpy_api_calibrates_once_agrees_and_caches(hvd, mpi_world, tmp_path):
     assert len(set(everyone)) == 1, everyone
     assert first[1:] == ("measured", 0) and second == (first[0], "cache")
     assert explicit == (0, "setting", "torus")
+
+
+def test_numpy_api_ranks_that_disagree_on_the_setting_raise_on_every_rank(hvd, mpi_world):
+    """min_torus_bytes given on rank 0 only: SettingsMismatchError on every rank, before any calibration."""
+    from horovod_torus.agreement import SettingsMismatchError
+    from horovod_torus.mpi import TorusComm
+
+    rank = mpi_world.Get_rank()
+    with pytest.raises(SettingsMismatchError, match="min_torus_bytes"):
+        TorusComm.create(mpi_world, min_torus_bytes=0 if rank == 0 else "auto", cache_dir="off")
+    with TorusComm.create(mpi_world, min_torus_bytes=4096) as tc:   # still usable afterwards
+        assert tc.min_torus_bytes == 4096 and tc.crossover_source == "setting"

@@ -12,7 +12,8 @@ from horovod_torus import __version__
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CLIS = ["keras_app.train", "keras_app.data", "keras_app.expect", "horovod_torus.plan", "horovod_torus.doctor",
-        "horovod_torus.bench", "horovod_torus.bench.train", "horovod_torus.bench.report", "horovod_torus.launchers"]
+        "horovod_torus.bench", "horovod_torus.bench.train", "horovod_torus.bench.report", "horovod_torus.launchers",
+        "horovod_torus.bench.targets", "horovod_torus.calibrate"]
 
 
 @pytest.mark.parametrize("module", CLIS)

@@ -228,7 +228,8 @@ def test_show_lists_the_cache_and_the_cli_prints_it(tmp_path, capsys):
     good = next(d for d in listed if "error" not in d)
     assert good["min_torus_bytes"] == 65536 and good["key"] == key().as_dict()
     assert crossover.show(str(tmp_path / "absent")) == []
-    assert crossover.main(["--show", "--cache-dir", str(tmp_path)]) == 0
+    from horovod_torus.calibrate import main as calibrate_main
+    assert calibrate_main(["--show", "--cache-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "mpi 4 ranks grid 2x2 mpirun hosts [['vm', 4]] -> min_torus_bytes 65536" in out
     assert "crossover-bad.json: Expecting" in out

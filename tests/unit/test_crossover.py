@@ -233,3 +233,23 @@ def test_show_lists_the_cache_and_the_cli_prints_it(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "mpi 4 ranks grid 2x2 mpirun hosts [['vm', 4]] -> min_torus_bytes 65536" in out
     assert "crossover-bad.json: Expecting" in out
+
+
+def test_numpy_api_algorithm_and_column_algorithm_follow_the_settings():
+    """TorusComm.algorithm: flat strictly below min_torus_bytes; column_algorithm: the Sendrecv ring for
+    shards from RING_MIN_BYTES when column_ring is on, MPI_Allreduce otherwise, none on one row."""
+    from types import SimpleNamespace
+
+    from horovod_torus.mpi import RING_MIN_BYTES, TorusComm
+    from horovod_torus.topology import TorusTopology
+
+    tc = SimpleNamespace(min_torus_bytes=65536, grid=TorusTopology(2, 2), column_ring=True)
+    assert [TorusComm.algorithm(tc, n) for n in (0, 65535, 65536)] == ["flat", "flat", "torus"]
+    tc.min_torus_bytes = 0
+    assert TorusComm.algorithm(tc, 0) == "torus"
+    assert TorusComm.column_algorithm(tc, 2 * RING_MIN_BYTES) == "ring"          # shard = RING_MIN_BYTES
+    assert TorusComm.column_algorithm(tc, 2 * RING_MIN_BYTES - 2) == "MPI_Allreduce"
+    tc.column_ring = False
+    assert TorusComm.column_algorithm(tc, 1 << 30) == "MPI_Allreduce"
+    tc.grid = TorusTopology(4, 1)
+    assert TorusComm.column_algorithm(tc, 1 << 30) == "none"

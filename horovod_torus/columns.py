@@ -8,7 +8,7 @@ Phase 2 of the torus (the all-reduce of a 1/X shard along a column of Y ranks) r
 - ``"halving-doubling"``: Rabenseifner's recursive halving + doubling, 2 lg Y steps, + 3 when Y is not a
   power of two (:func:`horovod_torus.p2p.halving_doubling_allreduce`);
 - ``"tree"``: binomial-tree reduce + broadcast, 2 ceil(lg Y) steps, pipelined in pieces of
-  :data:`horovod_torus.p2p.TREE_CHUNK_BYTES` (:func:`horovod_torus.p2p.tree_allreduce`).
+  :data:`TREE_CHUNK_BYTES` (:func:`horovod_torus.p2p.tree_allreduce`).
 
 The last three are non-blocking point-to-point (``MPI_Isend``/``MPI_Irecv``), waited for under the call's
 deadline like every step of the transport. The ``column_algorithm`` setting forces one; ``"auto"`` (the
@@ -33,7 +33,12 @@ import functools
 from horovod_torus.costmodel import Link, binomial_tree_time, halving_doubling_time, ring_time
 from horovod_torus.settings import COLUMN_ALGORITHMS
 
-__all__ = ["ColumnModel", "ON_NODE", "ACROSS_NODES", "column_bytes", "tree_chunks"]
+__all__ = ["ColumnModel", "ON_NODE", "ACROSS_NODES", "column_bytes", "tree_chunks", "TREE_CHUNK_BYTES"]
+
+TREE_CHUNK_BYTES = 1 << 20
+"""Bytes per piece of the ``tree`` column's pipeline (:func:`horovod_torus.p2p.tree_allreduce`): shards
+above it move in pieces of this size, so the scratch memory stays at ceil(lg p) pieces and the fold of one
+piece overlaps the transfer of the next (:attr:`ColumnModel.chunk_bytes`' default)."""
 
 
 def column_bytes(nbytes: int, x: int) -> int:
@@ -61,7 +66,7 @@ class ColumnModel:
         exchange_efficiency: in (0, 1]: the bandwidth fraction of a pairwise exchange (both ranks sending
             to each other at once: every halving-doubling step), 1.0 on a full-duplex link
             (:attr:`horovod_torus.costmodel.Cluster.exchange_efficiency`).
-        chunk_bytes: the ``tree`` column's piece (:data:`horovod_torus.p2p.TREE_CHUNK_BYTES`).
+        chunk_bytes: the ``tree`` column's piece (:data:`TREE_CHUNK_BYTES`).
         source: where the numbers come from (shown in docs and probes).
     """
 
@@ -69,7 +74,7 @@ class ColumnModel:
     library: Link
     gamma: float = 0.0
     exchange_efficiency: float = 1.0
-    chunk_bytes: int = 1 << 20
+    chunk_bytes: int = TREE_CHUNK_BYTES
     source: str = ""
 
     def __post_init__(self):

@@ -21,8 +21,10 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
+from horovod_torus.columns import TREE_CHUNK_BYTES
+
 __all__ = ["wire", "wire_op", "vspec", "blocks", "exchange", "ring_reduce_scatter", "ring_allgather",
-           "ring_allreduce", "halving_doubling_allreduce", "tree_allreduce", "TREE_CHUNK_BYTES"]
+           "ring_allreduce", "halving_doubling_allreduce", "tree_allreduce"]
 
 _float16: dict = {}
 
@@ -173,12 +175,6 @@ def halving_doubling_allreduce(comm: MPI.Comm, buf: np.ndarray, out: np.ndarray,
     if i < 2 * r:
         _send(comm, out, i + 1, 85, wait)
     return out
-
-
-TREE_CHUNK_BYTES = 1 << 20
-"""Bytes per piece of the ``tree`` column's pipeline (:func:`tree_allreduce`): shards above it move in
-pieces of this size, so the scratch memory stays at lg p pieces and the fold of one piece overlaps the
-transfer of the next."""
 
 
 def tree_allreduce(comm: MPI.Comm, buf: np.ndarray, out: np.ndarray, ufunc, work_for,

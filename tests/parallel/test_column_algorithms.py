@@ -92,15 +92,17 @@ def run_cases(tc, ranks, seed):
     return failures, results
 
 
-@pytest.mark.parametrize("algorithm", COLUMN_CHOICES)
+@pytest.mark.parametrize("algorithm", COLUMN_CHOICES + ("auto-across-nodes",))
 def test_every_column_length_one_to_eight(algorithm):
-    """Grid 1 x Y for Y = 1..8: phase 2 is the whole all-reduce, by ``algorithm``, every dtype and op."""
+    """Grid 1 x Y for Y = 1..8: phase 2 is the whole all-reduce, by ``algorithm``, every dtype and op
+    (``auto-across-nodes``: ``auto`` asking the across-nodes model, which mixes the algorithms by size)."""
     failures = []
     for y in range(1, 9):
         sub = first(y)
         if sub != MPI.COMM_NULL:
-            tc = TorusComm.create(sub, f"1x{y}", column_algorithm=algorithm)
-            tc.column_model = dataclasses.replace(tc.column_model, chunk_bytes=SMALL_PIECES)
+            tc = TorusComm.create(sub, f"1x{y}", column_algorithm=algorithm.replace("-across-nodes", ""))
+            model = ACROSS_NODES if algorithm == "auto-across-nodes" else tc.column_model
+            tc.column_model = dataclasses.replace(model, chunk_bytes=SMALL_PIECES)
             bad, results = run_cases(tc, y, seed=y)
             failures += [f"Y={y}: {b}" for b in bad]
             if not same_everywhere(sub, results):

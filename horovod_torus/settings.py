@@ -9,7 +9,8 @@ own stall variables, which Horovod reads only from the environment). The configu
 - ``grid``: ``HOROVOD_TORUS_GRID`` (``XxY``); default: a node's ranks in one row, else the most square grid;
 - ``transport``: ``HOROVOD_TORUS_TRANSPORT`` (``HOROVOD_TORUS_BACKEND``: deprecated alias); default ``auto``;
 - ``min_torus_bytes``: ``HOROVOD_TORUS_MIN_BYTES``; default ``0`` (always the torus);
-- ``column_ring``: ``HOROVOD_TORUS_COLUMN_RING``; default ``auto``;
+- ``column_algorithm``: ``HOROVOD_TORUS_COLUMN_ALGORITHM`` (``HOROVOD_TORUS_COLUMN_RING``: deprecated alias,
+  ``1`` = ``ring``, ``0`` = ``mpi``); default ``auto``;
 - ``stall_seconds``: ``HOROVOD_STALL_SHUTDOWN_TIME_SECONDS`` (Horovod's own); default 300 s (0: never).
 """
 from __future__ import annotations
@@ -20,11 +21,17 @@ import warnings
 
 from horovod_torus.topology import TorusTopology
 
-__all__ = ["TorusSettings", "TRANSPORTS", "TRANSPORT_CHOICES", "ENVIRONMENT", "DEFAULT_STALL_SECONDS"]
+__all__ = ["TorusSettings", "TRANSPORTS", "TRANSPORT_CHOICES", "ENVIRONMENT", "DEFAULT_STALL_SECONDS",
+           "COLUMN_ALGORITHMS", "COLUMN_CHOICES"]
 
 #: The transports a torus can move data with (``"auto"`` resolves to one of them at ``init``).
 TRANSPORTS = ("horovod", "mpi")
 TRANSPORT_CHOICES = ("auto",) + TRANSPORTS
+
+#: The MPI transport's column all-reduce algorithms (phase 2; :mod:`horovod_torus.columns`); ``"auto"``
+#: picks one per call from the cost model.
+COLUMN_ALGORITHMS = ("mpi", "ring", "halving-doubling", "tree")
+COLUMN_CHOICES = ("auto",) + COLUMN_ALGORITHMS
 
 #: Seconds a collective may wait for the other ranks before the job is stopped (Horovod's stall shutdown,
 #: the MPI transport's deadline).
@@ -35,14 +42,16 @@ ENVIRONMENT = {
     "grid": ("HOROVOD_TORUS_GRID",),
     "transport": ("HOROVOD_TORUS_TRANSPORT", "HOROVOD_TORUS_BACKEND"),
     "min_torus_bytes": ("HOROVOD_TORUS_MIN_BYTES",),
-    "column_ring": ("HOROVOD_TORUS_COLUMN_RING",),
+    "column_algorithm": ("HOROVOD_TORUS_COLUMN_ALGORITHM", "HOROVOD_TORUS_COLUMN_RING"),
     "stall_seconds": ("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS",),
 }
 
 #: Deprecated variables -> the variable to use instead (still read, with a DeprecationWarning).
-DEPRECATED = {"HOROVOD_TORUS_BACKEND": "HOROVOD_TORUS_TRANSPORT"}
+DEPRECATED = {"HOROVOD_TORUS_BACKEND": "HOROVOD_TORUS_TRANSPORT",
+              "HOROVOD_TORUS_COLUMN_RING": "HOROVOD_TORUS_COLUMN_ALGORITHM (1: ring, 0: mpi)"}
 
-_COLUMN_RING = {"auto": None, "1": True, "0": False, True: True, False: False, None: None}
+#: The deprecated ``column_ring`` values (argument or HOROVOD_TORUS_COLUMN_RING) -> the column algorithm.
+_COLUMN_RING = {"auto": "auto", "1": "ring", "0": "mpi", True: "ring", False: "mpi"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,8 +64,9 @@ class TorusSettings:
             (mpi4py row/column communicators); ``auto`` is resolved at ``init`` (needs Horovod).
         min_torus_bytes: fused buffers below this many bytes take the flat all-reduce; ``"auto"``:
             measured at ``init``; 0: always the three phases.
-        column_ring: phase 2 on the MPI transport as a Sendrecv ring (True), always ``MPI_Allreduce``
-            (False), or a ring when the column's ranks are all on different nodes (None, ``auto``).
+        column_algorithm: phase 2 on the MPI transport, one of :data:`COLUMN_CHOICES`: ``"mpi"``
+            (``MPI_Allreduce``), ``"ring"``, ``"halving-doubling"``, ``"tree"`` (non-blocking
+            point-to-point, :mod:`horovod_torus.columns`) or ``"auto"`` (one per call from the cost model).
         stall_seconds: seconds a collective may wait for the other ranks before the job stops (None:
             forever).
     """
@@ -64,13 +74,13 @@ class TorusSettings:
     grid: TorusTopology
     transport: str = "auto"
     min_torus_bytes: int | str = 0
-    column_ring: bool | None = None
+    column_algorithm: str = "auto"
     stall_seconds: float | None = DEFAULT_STALL_SECONDS
 
     @classmethod
     def resolve(cls, *, size: int, local_size: int | None = None, grid=None, transport=None,
-                min_torus_bytes=None, column_ring=None, stall_seconds=None, environ=None,
-                fields=None) -> "TorusSettings":
+                min_torus_bytes=None, column_algorithm=None, stall_seconds=None, environ=None,
+                fields=None, column_ring=None) -> "TorusSettings":
         """The settings of a world of ``size`` ranks (``local_size`` per node): each argument, else its
         variable (:data:`ENVIRONMENT`), else its default. Local: no communication.
 
@@ -78,11 +88,14 @@ class TorusSettings:
             grid: a TorusTopology, ``"XxY"`` or None.
             transport: one of :data:`TRANSPORT_CHOICES` or None.
             min_torus_bytes: an int >= 0 (bytes), ``"auto"`` or None.
-            column_ring: True, False, ``"auto"`` or None (the variable takes ``auto``, ``1``, ``0``).
+            column_algorithm: one of :data:`COLUMN_CHOICES` or None.
             stall_seconds: seconds > 0, 0 (never), or None.
             environ: the environment (``os.environ``).
             fields: the settings this caller uses (default: all); the others keep their defaults and
-                their variables are not read (the numpy API uses grid, column_ring and stall_seconds).
+                their variables are not read (the numpy API uses grid, column_algorithm and
+                stall_seconds).
+            column_ring: deprecated alias of ``column_algorithm`` (DeprecationWarning): True = ``"ring"``,
+                False = ``"mpi"``, ``"auto"``; an error when both are given.
 
         Raises:
             ValueError: a malformed value, naming the argument or variable it came from and the fix; a
@@ -101,13 +114,15 @@ class TorusSettings:
             raise ValueError(f"{source}={value!r}: {exc}" if value is not None else str(exc)) from None
         return cls(grid=the_grid, transport=_transport(*_pick("transport", transport, environ)),
                    min_torus_bytes=_min_bytes(*_pick("min_torus_bytes", min_torus_bytes, environ)),
-                   column_ring=_column_ring(*_pick("column_ring", column_ring, environ)),
+                   column_algorithm=_column_algorithm(*_pick("column_algorithm",
+                                                             _column_argument(column_algorithm, column_ring),
+                                                             environ)),
                    stall_seconds=_stall(*_pick("stall_seconds", stall_seconds, environ)))
 
     def agreement(self) -> dict:
         """The JSON-able dict the ranks compare (:func:`horovod_torus.agreement.agree`)."""
         return {"grid": str(self.grid), "transport": self.transport, "min_torus_bytes": self.min_torus_bytes,
-                "column_ring": {None: "auto", True: "1", False: "0"}[self.column_ring],
+                "column_algorithm": self.column_algorithm,
                 "stall_seconds": self.stall_seconds}
 
 
@@ -158,11 +173,35 @@ def _min_bytes(source, value):
     return number
 
 
-def _column_ring(source, value):
-    key = value.strip().lower() if isinstance(value, str) else value
+def _column_argument(column_algorithm, column_ring):
+    """The column algorithm argument, or the deprecated ``column_ring`` argument translated."""
+    if column_ring is None:
+        return column_algorithm
+    warnings.warn("column_ring= is deprecated: pass column_algorithm='ring' (True) or 'mpi' (False)",
+                  DeprecationWarning, stacklevel=4)
+    key = column_ring.strip().lower() if isinstance(column_ring, str) else column_ring
     if key not in _COLUMN_RING:
-        raise ValueError(f"{source}={value!r} must be one of auto, 1, 0 (or True/False/None as an argument)")
+        raise ValueError(f"column_ring={column_ring!r} must be one of auto, 1, 0 (or True/False/None); it is "
+                         f"deprecated: pass column_algorithm= (one of {', '.join(COLUMN_CHOICES)})")
+    if column_algorithm is not None and column_algorithm != _COLUMN_RING[key]:
+        raise ValueError(f"column_ring={column_ring!r} and column_algorithm={column_algorithm!r} disagree: pass "
+                         f"column_algorithm= only")
     return _COLUMN_RING[key]
+
+
+def _column_algorithm(source, value):
+    if value is None:
+        return "auto"
+    if source == "HOROVOD_TORUS_COLUMN_RING":
+        key = value.strip().lower()
+        if key not in _COLUMN_RING:
+            raise ValueError(f"HOROVOD_TORUS_COLUMN_RING={value!r} must be one of auto, 1, 0 (deprecated: export "
+                             f"HOROVOD_TORUS_COLUMN_ALGORITHM, one of {', '.join(COLUMN_CHOICES)})")
+        return _COLUMN_RING[key]
+    key = value.strip().lower() if isinstance(value, str) else value
+    if key not in COLUMN_CHOICES:
+        raise ValueError(f"{source}={value!r} is not a column algorithm: choose one of {', '.join(COLUMN_CHOICES)}")
+    return key
 
 
 def _stall(source, value):

@@ -26,8 +26,8 @@ __all__ = ["init", "shutdown", "torus", "torus_process_sets", "grid", "transport
 _current: dict = {"torus": None, "settings": None}
 
 
-def init(comm=None, process_sets=None, *, grid=None, transport=None, min_torus_bytes=None, column_ring=None,
-         stall_shutdown_seconds=None, backend=None, **kwargs) -> TorusAllreduce:
+def init(comm=None, process_sets=None, *, grid=None, transport=None, min_torus_bytes=None, column_algorithm=None,
+         stall_shutdown_seconds=None, backend=None, column_ring=None, **kwargs) -> TorusAllreduce:
     """Initialise Horovod with every row and column process set of the torus grid.
 
     ``horovod.tensorflow.init(comm=None, process_sets=None)``'s parameters, in Horovod's order, then the
@@ -51,13 +51,17 @@ def init(comm=None, process_sets=None, *, grid=None, transport=None, min_torus_b
         min_torus_bytes: fused buffers below this many bytes take one flat all-reduce on the same
             transport instead of the three phases; ``"auto"`` measures both at init (a few seconds,
             :meth:`TorusAllreduce.calibrate`); None: ``HOROVOD_TORUS_MIN_BYTES``, else 0 (always the torus).
-        column_ring: the MPI transport's column all-reduce: True (Sendrecv ring), False (MPI_Allreduce),
-            None/``"auto"`` (``HOROVOD_TORUS_COLUMN_RING``, else a ring when the column spans nodes).
+        column_algorithm: the MPI transport's column all-reduce (phase 2): ``"mpi"`` (MPI_Allreduce),
+            ``"ring"``, ``"halving-doubling"``, ``"tree"`` (point-to-point, :mod:`horovod_torus.columns`)
+            or None/``"auto"`` (``HOROVOD_TORUS_COLUMN_ALGORITHM``, else auto: per call from the cost
+            model by the shard's bytes and the column length). No effect on the ``horovod`` transport.
         stall_shutdown_seconds: seconds a collective may wait for the other ranks before Horovod shuts
             down (raising on every rank) and the MPI transport aborts the job; None:
             ``HOROVOD_STALL_SHUTDOWN_TIME_SECONDS``, else 300; 0: never (Horovod's own default). Exported
             to Horovod as ``HOROVOD_STALL_SHUTDOWN_TIME_SECONDS``, the only way Horovod reads it.
         backend: deprecated alias of ``transport`` (DeprecationWarning).
+        column_ring: deprecated alias of ``column_algorithm`` (DeprecationWarning): True ``"ring"``,
+            False ``"mpi"``.
         **kwargs: forwarded to ``horovod.tensorflow.init``.
 
     Returns:
@@ -75,7 +79,8 @@ def init(comm=None, process_sets=None, *, grid=None, transport=None, min_torus_b
     transport = _transport_argument(transport, backend)
     if _hvd.is_initialized():
         return _same_as_running(grid=grid, transport=transport, min_torus_bytes=min_torus_bytes,
-                                column_ring=column_ring, stall_seconds=stall_shutdown_seconds)
+                                column_algorithm=column_algorithm, column_ring=column_ring,
+                                stall_seconds=stall_shutdown_seconds)
     tf_defaults.warn_if_onednn_off()
     context = LaunchContext.from_environ()
     mpi_comm = _mpi_comm(comm, context)
@@ -88,8 +93,8 @@ def init(comm=None, process_sets=None, *, grid=None, transport=None, min_torus_b
 
     def build():  # every local check, so that a rank with bad input tells the others instead of leaving them
         settings = TorusSettings.resolve(size=size, local_size=local_size, grid=grid, transport=transport,
-                                         min_torus_bytes=min_torus_bytes, column_ring=column_ring,
-                                         stall_seconds=stall_shutdown_seconds)
+                                         min_torus_bytes=min_torus_bytes, column_algorithm=column_algorithm,
+                                         stall_seconds=stall_shutdown_seconds, column_ring=column_ring)
         user_sets = _check_process_sets(process_sets, size)
         return (settings, user_sets), {**settings.agreement(), "size": size,
                                        "process_sets": [list(s.ranks) for s in user_sets]}
@@ -145,7 +150,7 @@ def _same_as_running(**arguments):
     wanted = TorusSettings.resolve(size=current.grid.size, environ={}, **given)
     running = dataclasses.replace(_current["settings"], transport=current.transport)
     names = {"stall_seconds": "stall_shutdown_seconds"}
-    for field in given:
+    for field in dict.fromkeys("column_algorithm" if f == "column_ring" else f for f in given):
         mine, theirs = getattr(wanted, field), getattr(running, field)
         if mine != theirs and not (field == "transport" and mine == "auto"):
             arg = names.get(field, field)

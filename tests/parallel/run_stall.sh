@@ -3,8 +3,10 @@
 #  1. numpy API: rank 3 skips a torus call; ranks 0-2 must raise TorusStallError within the deadline + 10 s
 #     (10 s here) naming call 3 and rank 3, and run their cleanup;
 #  2. Keras: TerminateOnNaN stops rank 0 only (no StopTogetherCallback); ranks 1-3 must get fit's error naming
-#     rank 0 within the deadline + 10 s, and their finally blocks must run.
-# In both, mpirun must exit non-zero (MPI_Abort at exit ends the rank that left). Prints "stall: 2 passed".
+#     rank 0 within the deadline + 10 s, and their finally blocks must run;
+#  3. numpy API, column_algorithm="tree": rank 3 stops inside the column phase (after the call's check);
+#     ranks 0-2, blocked in the tree's point-to-point steps, must raise TorusStallError naming rank 3.
+# In all, mpirun must exit non-zero (MPI_Abort at exit ends the rank that left). Prints "stall: 3 passed".
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 PYTHON="${PYTHON:-$PWD/.venv/bin/python}"
@@ -23,7 +25,7 @@ run_case() {
   cat "$dir"/rank*.txt > "$dir/all" 2>/dev/null   # one file per rank: the launcher's output interleaves
   ok=$(grep -cE "$ok_re" "$dir/all"); fin=$(grep -cE "$fin_re" "$dir/all")
   if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$ok" -eq "$ok_n" ] && [ "$fin" -eq "$fin_n" ] \
-     && ! grep -qE "^(KERAS )?STALL WRONG" "$dir/all" && [ "$took" -lt 100 ]; then
+     && ! grep -qE "^(KERAS |COLUMN )?STALL WRONG" "$dir/all" && [ "$took" -lt 100 ]; then
     passed=$((passed + 1))
     echo "   $script: passed (mpirun exit $rc after ${took} s; $(grep -m1 -E "$ok_re" "$dir/all" | cut -c1-120))"
   else
@@ -34,5 +36,6 @@ run_case() {
 
 run_case tests/parallel/test_stall_mpi.py "^STALL OK rank [012] call 3 missing \[3\]" 3 "^CLEANUP rank [012]" 3
 run_case tests/parallel/test_stall_keras.py "^KERAS STALL OK rank [123]" 3 "^FINALLY rank [0123]" 4
+run_case tests/parallel/test_stall_column.py "^COLUMN STALL OK rank [012] call 2 missing \[3\]" 3 "^COLUMN CLEANUP rank [012]" 3
 echo "stall: $passed passed"
-[ "$passed" -eq 2 ]
+[ "$passed" -eq 3 ]

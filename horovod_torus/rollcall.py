@@ -81,6 +81,13 @@ class MPIChannel:
                 return self._verdicts[-1] if self._verdicts else None
             time.sleep(_POLL_SECONDS)
 
+    def close(self) -> None:
+        """Free the communicator (``shutdown()``, on every rank)."""
+        from mpi4py import MPI
+
+        if self.comm != MPI.COMM_NULL:
+            self.comm.Free()
+
     def publish_note(self, text: str, to) -> None:
         """Tell ranks ``to`` why this rank left the torus (e.g. the callback that stopped its training)."""
         self._send_all("note", text, to)
@@ -141,6 +148,9 @@ class StoreChannel:
                 return found
             time.sleep(max(_POLL_SECONDS, 0.25))
 
+
+    def close(self) -> None:
+        """Nothing to free (the store belongs to the runner)."""
 
     def publish_note(self, text: str, to) -> None:
         self._put(f"note_{self.rank}", text)

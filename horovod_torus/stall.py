@@ -62,14 +62,13 @@ def stall_error(call: int, name: str, grid, deadline: float, missing, ending: st
     """The :class:`TorusStallError` of call number ``call`` (``name``) on ``grid`` that waited ``deadline``
     seconds for ``missing`` (ranks; None: unknown); ``ending`` says what happens next (transport-specific)."""
     label = f" {name!r}" if name else ""
-    who = (f"rank(s) {list(missing)} did not make this call" if missing is not None else
-           "the ranks that did not make this call are unknown (no roll-call channel)")
+    who = list(missing) if missing is not None else "unknown to this rank (no roll-call channel)"
     stop = last_stop()
     here = f"; this rank stopped training: {stop}" if stop else ""
     return TorusStallError(
         f"horovod_torus: torus all-reduce call {call}{label} on grid {grid} waited {deadline:g} s for the other "
-        f"ranks; {who} (a rank skipped it, stopped early, e.g. a Keras callback that stopped training on one "
-        f"rank only, or died){here}. {ending}. Stop every rank together "
+        f"ranks; rank(s) {who} did not make this call (a rank skipped it, stopped early, e.g. a Keras callback "
+        f"that stopped training on one rank only, or died){here}. {ending}. Stop every rank together "
         f"(horovod_torus.tensorflow.keras.callbacks.StopTogetherCallback) or make the same torus calls on every "
         f"rank", call, name, missing or (), deadline)
 

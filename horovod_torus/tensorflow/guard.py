@@ -2,11 +2,16 @@
 
 Why Horovod's own stall shutdown is not relied on: Horovod 0.28.1 gives every process set's controller the
 stall settings (``operations.cc``: ``ParseStallInspectorFromEnv`` for each registered set, line 380, and
-for the global set, line 511), but only the coordinator checks, only tensors in its negotiation table
-(``controller.cc`` 139-150, ``stall_inspector.cc``), and measured here under ``horovodrun --gloo`` with a
-plain ``hvd.allreduce`` on the global set (no torus, cache on or off) the check never warned nor shut
-down: the waiting ranks stayed blocked until the missing rank exited. And an op Horovod ends fails with
-Horovod's "Horovod has been shut down" ``UnknownError``, which ``hvd.elastic.run`` takes for a lost rank.
+for the global set, line 511), so the torus' row and column sets are not the problem; but under the Gloo
+controller the check never finds a missing rank: ``GlooController::DoInitialization`` fills its
+``global_ranks_`` after only ``reserve(size_)`` (``gloo/gloo_controller.cc`` line 92, unchanged on
+Horovod's master), so ``global_ranks_.size()`` stays 0 and ``StallInspector::CheckForStalledTensors``
+loops over ``global_ranks.size()`` ranks (``stall_inspector.cc`` lines 54-55): no rank is ever missing,
+no warning, no shutdown (the MPI controller sizes it, ``mpi/mpi_controller.cc`` line 57, and its stall
+shutdown fires). Measured with a plain ``hvd.allreduce`` on the global set: under ``horovodrun --gloo``
+the waiting ranks stayed blocked until the missing rank exited; under ``mpirun`` they got Horovod's
+shutdown after the deadline. And an op Horovod ends fails with Horovod's "Horovod has been shut down"
+``UnknownError``, which ``hvd.elastic.run`` takes for a lost rank.
 
 So the torus keeps its own clock. A torus call can only wait for a rank that did not make it at its first
 collective, the signature exchange on the global set (every rank that passed it makes the rest of the
@@ -72,14 +77,18 @@ class ExchangeGuard:
         self.stall: TorusStallError | None = None
 
     def close(self) -> None:
-        """Stop the watchdog thread (``shutdown()``)."""
+        """Stop the watchdog thread and free the channel (``shutdown()``, on every rank)."""
         self._closed = True
+        if self.channel is not None:
+            self.channel.close()
+            self.channel = None
 
     def run(self, call: int, name: str, fn):
         """``fn()`` (blocking Horovod ops of call number ``call``), under the deadline.
 
         Raises:
-            TorusStallError: the call waited past the deadline here, or another rank's verdict ended it.
+            horovod_torus.stall.TorusStallError: the call waited past the deadline here, or another rank's
+                verdict ended it.
             tf.errors.OpError: Horovod's own error (e.g. a rank died), unchanged.
         """
         if not self.deadline:

@@ -110,6 +110,8 @@ class HorovodTransport:
                 call = self._counter.assign_add(1)
             static = tf.constant(signature.words(0)[1:], tf.int64)
             words = tf.concat([tf.reshape(call, [1]), static], axis=0)
+            if _in_tf1_graph():
+                return self._verify_in_session_graph(words, signature)
             if tf.executing_eagerly():
                 self.exchange(words.numpy(), signature)
                 return None
@@ -123,6 +125,26 @@ class HorovodTransport:
 
             # Stateful: in program order inside tf.function, so every rank exchanges its calls in order.
             return tf.py_function(run, [words], tf.int64, name="TorusSignatureCheck")
+
+    def _verify_in_session_graph(self, words, signature):
+        """The same check as graph ops, for TF1 Session graphs: there stateful ops are not ordered (no
+        automatic control dependencies), so eager exchanges (which Horovod names alike) could overlap;
+        named graph ops pair by name instead. No deadline here (Horovod's own stall handling)."""
+        k = len(FIELDS)
+        reduced = _hvd.allreduce(tf.concat([words, -words], axis=0), op=_hvd.Max, name=self._op_name("sig"))
+        agreed = tf.reduce_all(tf.equal(reduced[:k], -reduced[k:]))
+        gathered = tf.cond(agreed, lambda: tf.zeros([0, k], tf.int64),
+                           lambda: _hvd.allgather(tf.reshape(words, [1, k]), name=self._op_name("sig_all")))
+
+        def check(rows):
+            if rows.shape[0]:  # the words differ: name each rank's value
+                try:
+                    compare(rows, signature)
+                except TorusMismatchError as exc:
+                    raise as_tf_error(exc) from None
+            return np.int64(0)
+
+        return tf.numpy_function(check, [gathered], tf.int64, stateful=True, name="TorusSignatureCheck")
 
     def calls(self) -> int:
         """The torus calls this transport has numbered so far."""

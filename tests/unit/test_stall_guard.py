@@ -36,6 +36,9 @@ class FakeChannel:
     def verdict(self, seconds=0.0):
         return self.verdicts[-1] if self.verdicts else None
 
+    def close(self):
+        self.closed = True
+
 
 def blocking_op(ended):
     """A stand-in for a Horovod op that waits for a missing rank until Horovod is shut down."""
@@ -60,6 +63,7 @@ def test_guard_raises_after_the_deadline_naming_the_missing_ranks():
     assert 0.5 <= took < 0.5 + 3.0 + 2.0  # deadline + ROLL_CALL_SECONDS + polls
     assert not isinstance(exc, HorovodInternalError)
     guard.close()
+    assert channel.closed and guard.channel is None
 
 
 def test_guard_uses_another_ranks_verdict_when_its_op_ends_first():

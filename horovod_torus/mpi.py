@@ -54,8 +54,9 @@ from horovod_torus.p2p import (blocks, halving_doubling_allreduce, ring_allgathe
                                ring_reduce_scatter, tree_allreduce, vspec, wire, wire_op)
 from horovod_torus.phases import allreduce_buffer
 from horovod_torus.settings import TorusSettings
-from horovod_torus.signature import CallSignature, TorusMismatchError, compare, disagreeing, extremes
-from horovod_torus.stall import CallClock, TorusStallError
+from horovod_torus.signature import (EXIT_SIGNATURE, CallSignature, TorusMismatchError, compare, disagreeing,
+                                     extremes, leaving)
+from horovod_torus.stall import CallClock, TorusStallError, left_stall
 from horovod_torus.topology import TorusTopology
 
 __all__ = ["TorusComm", "torus_allreduce", "ring_reduce_scatter", "ring_allgather", "comm_world",
@@ -236,8 +237,18 @@ class TorusComm:
             if disagreeing(reduced):  # rare: gather the words to name each rank's value
                 gathered = np.empty((self.grid.size, mine.size), np.int64)
                 self._wait([self.comm.Iallgather(mine, gathered)])
+                left = leaving(gathered)
+                if left and len(left) < self.grid.size:  # some ranks reached their exit: name them at once
+                    raise left_stall(self.alarm, gathered, left, self.grid)
                 compare(gathered, signature)
         return None
+
+    def leave(self) -> None:
+        """Exchange :data:`horovod_torus.signature.EXIT_SIGNATURE` (at the process's exit, registered by
+        ``init``): returns when every rank leaves; raises :class:`horovod_torus.stall.TorusStallError` on
+        every rank at once when some still make torus calls (naming the ranks that left)."""
+        with self.watch("<exit>"):
+            self.verify(EXIT_SIGNATURE)
 
     def reduce_scatter(self, buf: np.ndarray, op: str) -> np.ndarray:
         counts = shard_counts(buf.size, self.grid.x)

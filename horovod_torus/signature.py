@@ -30,7 +30,7 @@ import zlib
 import numpy as np
 
 __all__ = ["CallSignature", "TorusMismatchError", "FIELDS", "compare", "layout_crc", "extremes", "disagreeing",
-           "COLUMN_CODES", "COLUMN_SHIFT"]
+           "COLUMN_CODES", "COLUMN_SHIFT", "EXIT_SIGNATURE", "leaving"]
 
 FIELDS = ("call", "elements", "dtype", "shapes", "op", "prescale", "postscale", "compression", "algorithm",
           "name")
@@ -115,6 +115,18 @@ class CallSignature:
         words = np.concatenate([np.array([call], np.int64), self._static_words])
         words[_ALGORITHM_WORD] += COLUMN_SHIFT * COLUMN_CODES[column]
         return words
+
+
+#: The signature a rank exchanges when it leaves the torus (``shutdown()`` or the end of the process, on the
+#: Horovod transport): a rank still making torus calls then sees it in the same exchange and raises at
+#: once, naming the rank that left (:func:`leaving`), instead of waiting for the deadline.
+EXIT_SIGNATURE = CallSignature(elements=-1, dtype="int64", name="<exit>")
+
+
+def leaving(gathered: np.ndarray) -> list[int]:
+    """The ranks whose row of ``gathered`` ([N, len(FIELDS)]) is an :data:`EXIT_SIGNATURE`."""
+    gathered = np.asarray(gathered).reshape(-1, len(FIELDS))
+    return [int(r) for r in np.flatnonzero(gathered[:, FIELDS.index("elements")] == EXIT_SIGNATURE.elements)]
 
 
 def _show(field: str, word: int) -> str:

@@ -6,6 +6,7 @@ returns it. The data path does not look it up per call: strategies bind it once.
 """
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import os
 import warnings
@@ -16,7 +17,10 @@ from horovod_torus import tf_defaults
 from horovod_torus.agreement import agree_on
 from horovod_torus.launch import LaunchContext
 from horovod_torus.process_sets import TorusProcessSets
+from horovod_torus.rollcall import channel_for
 from horovod_torus.settings import TorusSettings
+from horovod_torus.stall import exit_check_mpi
+from horovod_torus.tensorflow.guard import ExchangeGuard, exit_check, leave
 from horovod_torus.tensorflow.torus import TorusAllreduce
 from horovod_torus.topology import TorusTopology
 
@@ -115,10 +119,40 @@ def init(comm=None, process_sets=None, *, grid=None, transport=None, min_torus_b
         torus_comm = TorusComm.from_settings(mpi_comm, settings)
     auto = settings.min_torus_bytes == "auto"
     _current["settings"] = settings
-    _current["torus"] = TorusAllreduce(sets, chosen, torus_comm, 0 if auto else settings.min_torus_bytes)
+    channel = channel_for(torus_comm, os.environ, rank, size, f"horovod_torus_stall_{_init_count()}")
+    guard = ExchangeGuard(settings.stall_seconds, settings.grid, rank, channel) if size > 1 else None
+    _current["torus"] = TorusAllreduce(sets, chosen, torus_comm, 0 if auto else settings.min_torus_bytes, guard)
+    if guard is not None:
+        _register_exit_check()
     if auto:
         _current["torus"].calibrate()
     return _current["torus"]
+
+
+def _init_count() -> int:
+    _current["inits"] = _current.get("inits", 0) + 1
+    return _current["inits"]
+
+
+def _register_exit_check() -> None:
+    """Once per process: at exit, the exit check of the running torus' transport (the exit signature, so
+    that a rank leaving while others still make torus calls ends the run on every rank at once, and
+    exits with status 1 saying why): :func:`horovod_torus.tensorflow.guard.exit_check` on the Horovod
+    transport, :func:`horovod_torus.stall.exit_check_mpi` on the mpi one. Registered after ``hvd.init``,
+    so it runs before Horovod's own atexit shutdown."""
+    if not _current.get("exit_check"):
+        _current["exit_check"] = True
+
+        def check():
+            current = _current["torus"]
+            if current is None or current._horovod.guard is None:
+                return
+            if current.transport == "mpi" and current.torus_comm is not None:
+                exit_check_mpi(current.torus_comm)
+            else:
+                exit_check(current._horovod)
+
+        atexit.register(check)
 
 
 def _transport_argument(transport, backend):
@@ -244,14 +278,18 @@ def _resolve_transport(value):
 def shutdown() -> None:
     """Wait for every rank, then shut Horovod down and free the torus (``init`` may then be called again).
 
-    The wait (one tiny all-reduce on the global set) matters on the Horovod transport: a torus call ends
+    The wait (:func:`horovod_torus.tensorflow.guard.leave`: the exit signature exchanged on the global
+    set; a rank still making torus calls then raises TorusStallError, naming this one) matters on the
+    Horovod transport: a torus call ends
     with an all-gather on each row's process set, so one row may still be in it when another returns, and
     Horovod's shutdown on any rank (rank 0 coordinates every process set) would fail the other row's op."""
     if _current["torus"] is not None:
         if _hvd.is_initialized() and _hvd.size() > 1:
-            import tensorflow as tf
-
-            _hvd.allreduce(tf.zeros([1]), op=_hvd.Sum, name="horovod_torus_shutdown").numpy()
+            if _current["torus"].transport == "mpi" and _current["torus"].torus_comm is not None:
+                _current["torus"].torus_comm.leave()  # a rank still in an mpi torus call: raise, naming it
+            leave(_current["torus"]._horovod)
+        if _current["torus"]._horovod.guard is not None:
+            _current["torus"]._horovod.guard.close()
         _current["torus"].free()
     _current["torus"] = _current["settings"] = None
     _hvd.shutdown()

@@ -93,7 +93,7 @@ __all__ = ["Link", "Cluster", "ALGORITHMS", "ring_time", "halving_doubling_time"
            "HOROVOD_CYCLE_S", "COORDINATION_BYTES", "FITTED_CALL_S", "PLAN_ALGORITHMS", "LABELS", "TORUS_COLUMNS",
            "TRANSPORTS", "CallCost", "call_counts", "check_time", "coordination_time", "per_call_time",
            "fit_call_s", "transfer_time", "Ranked", "natural_grid", "rank_algorithms", "InitCost", "init_time",
-           "PRESET_NOTES"]
+           "PRESET_NOTES", "binomial_tree_time"]
 
 ALGORITHMS = ("ring", "halving-doubling", "hierarchical", "torus")
 
@@ -211,6 +211,26 @@ def tree_time(p: int, n: float, alpha: float, beta: float, gamma: float = 0.0) -
     if p == 1:
         return 0.0
     return 2 * (p.bit_length() - 1) * alpha + 2 * n * beta + n * gamma
+
+
+def binomial_tree_time(p: int, n: float, alpha: float, beta: float, gamma: float = 0.0, chunks: int = 1) -> float:
+    """Binomial-tree reduce to one root then binomial-tree broadcast (the MPI transport's ``tree`` column,
+    :func:`horovod_torus.p2p.tree_allreduce`), one link class, in ``chunks`` pieces, seconds:
+    D (2 k a + 2 n b + n g), D = ceil(lg p) rounds, k = chunks (0 for p = 1).
+
+    The root receives (and folds) the whole n bytes from each of its D children, then sends them to each:
+    D n bytes each way whatever the pipelining, so cutting the data into k chunks (bounded scratch memory,
+    the fold of one chunk overlapping the transfer of the next) adds k - 1 messages per round and saves no
+    bandwidth in this model. The latency-bound all-reduce: 2 ceil(lg p) messages for any p, against a
+    halving-doubling's 2 floor(lg p) + 3 when p is not a power of two (Thakur, Rabenseifner & Gropp 2005).
+    """
+    _check(p, n)
+    if p == 1:
+        return 0.0
+    if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1:
+        raise ValueError(f"chunks={chunks!r} must be a positive integer")
+    rounds = (p - 1).bit_length()
+    return rounds * (2 * chunks * alpha + 2 * n * beta + n * gamma)
 
 
 def recursive_doubling_time(p: int, n: float, alpha: float, beta: float, gamma: float = 0.0) -> float:

@@ -85,7 +85,7 @@ class CrossoverKey:
             :data:`horovod_torus.launch.LAUNCHERS` name.
         hosts: :func:`host_runs` of the ranks' host names in rank order.
         transport: ``"mpi"`` / ``"horovod"`` (the TensorFlow torus) or ``"numpy"`` (the numpy API).
-        variant: the transport's detail that changes the torus' speed (e.g. ``"column_ring=1"``), or ``""``.
+        variant: the transport's detail that changes the torus' speed (e.g. ``"column=auto;model=..."``: the column setting and model), or ``""``.
         version: ``horovod_torus.__version__``.
     """
 

@@ -9,10 +9,11 @@ implementation of the three phases) runs on:
 1. reduce-scatter on the row communicator (X ranks): explicit Sendrecv rings from
    :data:`RING_MIN_BYTES`, ``MPI_Reduce_scatter(_block)`` below; the first ``n % X`` ranks get one extra
    element (Horovod's split);
-2. all-reduce of that shard on the column communicator (Y ranks): a Sendrecv ring (reduce-scatter then
-   all-gather) from :data:`RING_MIN_BYTES` when the column's ranks are all on different nodes (the torus'
-   layout on a cluster: the column crosses the slow links), else ``MPI_Allreduce`` in place. The
-   ``column_ring`` setting (:class:`horovod_torus.settings.TorusSettings`) forces either;
+2. all-reduce of that shard on the column communicator (Y ranks) by the call's column algorithm
+   (:mod:`horovod_torus.columns`): ``MPI_Allreduce``, a ring, recursive halving-doubling or a binomial
+   tree (:mod:`horovod_torus.p2p`), forced by the ``column_algorithm`` setting
+   (:class:`horovod_torus.settings.TorusSettings`) or, with ``auto``, chosen per call from the cost model
+   by the shard's bytes and Y (:meth:`TorusComm.algorithm_for`); the choice travels in the signature;
 3. all-gather on the row communicator straight into the output (rings from RING_MIN_BYTES, else
    ``MPI_Allgather(v)``).
 
@@ -51,16 +52,20 @@ from mpi4py.util.dtlib import from_numpy_dtype
 
 from horovod_torus import crossover
 from horovod_torus.agreement import agree_on
+from horovod_torus.columns import ACROSS_NODES, ON_NODE, ColumnModel, column_bytes
 from horovod_torus.fusion import shard_counts
 from horovod_torus.ops import LABELS, REDUCE_OPS, UFUNCS
+from horovod_torus.p2p import (blocks, halving_doubling_allreduce, ring_allgather, ring_allreduce,
+                               ring_reduce_scatter, tree_allreduce, vspec, wire, wire_op)
 from horovod_torus.phases import allreduce_buffer
 from horovod_torus.settings import TorusSettings
-from horovod_torus.signature import FIELDS, CallSignature, TorusMismatchError, compare, disagreeing
-from horovod_torus.stall import CallClock, TorusStallError
+from horovod_torus.signature import (EXIT_SIGNATURE, CallSignature, TorusMismatchError, compare, disagreeing,
+                                     extremes, leaving)
+from horovod_torus.stall import CallClock, TorusStallError, left_stall
 from horovod_torus.topology import TorusTopology
 
 __all__ = ["TorusComm", "torus_allreduce", "ring_reduce_scatter", "ring_allgather", "comm_world",
-           "RING_MIN_BYTES", "TorusMismatchError", "TorusStallError"]
+           "RING_MIN_BYTES", "TorusMismatchError", "TorusStallError", "ColumnModel"]
 
 
 def comm_world(comm: MPI.Comm) -> tuple[int, int, int]:
@@ -73,11 +78,11 @@ def comm_world(comm: MPI.Comm) -> tuple[int, int, int]:
         local.Free()
 
 
-def _column_ring(column: MPI.Comm, forced: bool | None) -> bool:
-    """Whether phase 2 runs as a Sendrecv ring on ``column`` (collective over it): the forced value, or
-    with None (``auto``) True when no two of its ranks share a node (``MPI_COMM_TYPE_SHARED``)."""
-    if forced is not None or column.Get_size() == 1:
-        return bool(forced)
+def _spans_nodes(column: MPI.Comm) -> bool:
+    """Whether no two ranks of ``column`` share a node (``MPI_COMM_TYPE_SHARED``; collective over it, the
+    answer the same on every rank: one MAX all-reduce)."""
+    if column.Get_size() == 1:
+        return False
     local = column.Split_type(MPI.COMM_TYPE_SHARED)
     on_one_node = local.Get_size()
     local.Free()
@@ -101,32 +106,35 @@ class TorusComm:
             (:meth:`algorithm`); 0: always the torus.
         crossover_source: where :attr:`min_torus_bytes` came from: ``"setting"``, ``"cache"``,
             ``"measured"``.
-        column_ring: phase 2 runs as a Sendrecv ring from RING_MIN_BYTES (else MPI_Allreduce); see
-            :meth:`create`.
+        column_algorithm: phase 2's algorithm, one of :data:`horovod_torus.settings.COLUMN_CHOICES`
+            (``"auto"``: :meth:`algorithm_for` per call); see :meth:`create`.
+        column_model: the :class:`horovod_torus.columns.ColumnModel` that ``auto`` asks (ON_NODE, or
+            ACROSS_NODES when the column's ranks are all on different nodes); must be equal on every rank.
         deadline: seconds a call may wait for the other ranks before it raises
             :class:`horovod_torus.stall.TorusStallError` (None: forever); see :meth:`watch`.
         alarm: a private duplicate of ``comm`` for the stall roll call only.
     """
 
     def __init__(self, comm: MPI.Comm, grid: TorusTopology, row: MPI.Comm, column: MPI.Comm,
-                 column_ring: bool = False, deadline: float | None = None, alarm: MPI.Comm | None = None):
+                 column_algorithm: str = "auto", deadline: float | None = None, alarm: MPI.Comm | None = None,
+                 column_model: ColumnModel = ON_NODE):
         self.comm, self.grid, self.row, self.column = comm, grid, row, column
         self.alarm = comm.Dup() if alarm is None else alarm
-        self.column_ring = column_ring
+        self.column_algorithm, self.column_model = column_algorithm, column_model
+        self._column = ""  # the column algorithm of the call in progress (set by verify)
         self.rank = comm.Get_rank()
         self.calls = 0
         self.deadline = deadline
-        self.min_torus_bytes = 0
-        self.crossover_source = "setting"
         self._clock: CallClock | None = None  # the deadline of the call in progress
         self._workspace: dict = {}
-        self._signatures: dict = {}  # (shape, dtype, op, algorithm) -> CallSignature of the numpy API
-        self._check = (np.empty(2 * len(FIELDS), np.int64), np.empty(2 * len(FIELDS), np.int64))
         self._pending = None  # (length, out, block view) of the last reduce-scatter, for allgather
+        self.min_torus_bytes = 0
+        self.crossover_source = "setting"
+        self._signatures: dict = {}  # (shape, dtype, op, algorithm) -> CallSignature of the numpy API
 
     @classmethod
-    def create(cls, comm: MPI.Comm, grid: TorusTopology | str | None = None, *, column_ring=None,
-               stall_seconds=None, min_torus_bytes=None, cache_dir=None) -> "TorusComm":
+    def create(cls, comm: MPI.Comm, grid: TorusTopology | str | None = None, *, column_algorithm=None,
+               stall_seconds=None, column_ring=None, min_torus_bytes=None, cache_dir=None) -> "TorusComm":
         """Resolve the settings, agree on them across ``comm``, :meth:`from_settings`, then resolve the
         crossover (:meth:`resolve_crossover`). Collective.
 
@@ -134,12 +142,12 @@ class TorusComm:
             comm: an intra-communicator (its ranks are the torus ranks).
             grid: TorusTopology, ``"XxY"`` string, or None (``HOROVOD_TORUS_GRID``, else the default
                 factorisation with a node's ranks in one row).
-            column_ring: the column all-reduce's algorithm (:attr:`column_ring`): None/``"auto"``
-                (``HOROVOD_TORUS_COLUMN_RING``, default auto: a Sendrecv ring for shards from
-                :data:`RING_MIN_BYTES` when the column's ranks are all on different nodes), True (a ring
-                from RING_MIN_BYTES on any layout), False (always ``MPI_Allreduce``).
+            column_algorithm: the column all-reduce's algorithm (:attr:`column_algorithm`): ``"mpi"``,
+                ``"ring"``, ``"halving-doubling"``, ``"tree"`` or None/``"auto"``
+                (``HOROVOD_TORUS_COLUMN_ALGORITHM``, default auto: per call from the cost model).
             stall_seconds: :attr:`deadline` (None: ``HOROVOD_STALL_SHUTDOWN_TIME_SECONDS``, else 300 s;
                 0: none).
+            column_ring: deprecated alias of ``column_algorithm`` (True: ``"ring"``, False: ``"mpi"``).
             min_torus_bytes: :attr:`min_torus_bytes`: an int >= 0 (bytes; 0: always the torus) or
                 ``"auto"`` (None: ``HOROVOD_TORUS_MIN_BYTES``, else auto: the cached crossover of this
                 key, else a calibration of a few seconds, see :mod:`horovod_torus.crossover`).
@@ -157,10 +165,11 @@ class TorusComm:
         size, local_size, rank = comm_world(comm)
 
         def build():
-            fields = ("grid", "column_ring", "stall_seconds", "min_torus_bytes", "cache_dir")
+            fields = ("grid", "column_algorithm", "stall_seconds", "min_torus_bytes", "cache_dir")
             settings = TorusSettings.resolve(size=size, local_size=local_size, grid=grid,
-                                             column_ring=column_ring, stall_seconds=stall_seconds,
-                                             min_torus_bytes=min_torus_bytes, cache_dir=cache_dir, fields=fields)
+                                             column_algorithm=column_algorithm, stall_seconds=stall_seconds,
+                                             min_torus_bytes=min_torus_bytes, cache_dir=cache_dir,
+                                             fields=fields, column_ring=column_ring)
             shown = settings.agreement()
             return settings, {k: shown[k] for k in fields if k in shown}
 
@@ -174,20 +183,23 @@ class TorusComm:
         return tc
 
     @classmethod
-    def from_settings(cls, comm: MPI.Comm, settings: TorusSettings) -> "TorusComm":
+    def from_settings(cls, comm: MPI.Comm, settings: TorusSettings,
+                      column_model: ColumnModel | None = None) -> "TorusComm":
         """Duplicate ``comm`` and split the duplicate by ``settings.grid`` (collective over ``comm``).
 
         ``settings`` must already be equal on every rank (``init`` agrees on them first; :meth:`create`
-        does for the numpy API). :attr:`min_torus_bytes` is the setting's integer, 0 for ``"auto"``
-        (:meth:`create` resolves auto; ``init``'s TorusComm needs none: the TensorFlow torus chooses the
-        algorithm of each call itself)."""
+        does for the numpy API). ``column_model``: None (ON_NODE, or ACROSS_NODES when no two ranks of a
+        column share a node: one all-reduce over the column), else the same model on every rank.
+        :attr:`min_torus_bytes` is the setting's integer, 0 for ``"auto"`` (:meth:`create` resolves auto;
+        ``init``'s TorusComm needs none: the TensorFlow torus chooses the algorithm of each call itself)."""
         grid = settings.grid.check_size(comm.Get_size())
         dup = comm.Dup()
         r, c = grid.coords(dup.Get_rank())
         column = dup.Split(color=c, key=r)
-        tc = cls(dup, grid, dup.Split(color=r, key=c), column,
-                 column_ring=_column_ring(column, settings.column_ring), deadline=settings.stall_seconds,
-                 alarm=dup.Dup())
+        if column_model is None:  # one model on every rank: ACROSS_NODES only when every column spans nodes
+            column_model = ACROSS_NODES if dup.allreduce(int(_spans_nodes(column)), op=MPI.MIN) else ON_NODE
+        tc = cls(dup, grid, dup.Split(color=r, key=c), column, column_algorithm=settings.column_algorithm,
+                 deadline=settings.stall_seconds, alarm=dup.Dup(), column_model=column_model)
         if settings.min_torus_bytes != "auto":
             tc.min_torus_bytes = int(settings.min_torus_bytes)
         return tc
@@ -196,14 +208,6 @@ class TorusComm:
         """``"flat"`` for a numpy-API buffer of ``nbytes`` bytes below :attr:`min_torus_bytes`, else
         ``"torus"``."""
         return "flat" if nbytes < self.min_torus_bytes else "torus"
-
-    def column_algorithm(self, nbytes: int) -> str:
-        """Phase 2's algorithm for a buffer of ``nbytes`` bytes: ``"ring"`` (Sendrecv ring),
-        ``"MPI_Allreduce"``, or ``"none"`` (a grid of one row)."""
-        shard = nbytes // max(1, self.grid.x)
-        if self.grid.y == 1:
-            return "none"
-        return "ring" if self.column_ring and shard >= RING_MIN_BYTES else "MPI_Allreduce"
 
     def resolve_crossover(self, settings: TorusSettings) -> int:
         """Set :attr:`min_torus_bytes` from ``settings``: its integer, or for ``"auto"`` the cached
@@ -227,7 +231,7 @@ class TorusComm:
         key = crossover.CrossoverKey(
             world_size=self.grid.size, grid=str(self.grid), launcher=LaunchContext.from_environ().launcher,
             hosts=crossover.host_runs(self.comm.allgather(socket.gethostname())), transport="numpy",
-            variant=f"column_ring={int(self.column_ring)}", version=__version__)
+            variant=f"column={self.column_algorithm};model={self.column_model.source}", version=__version__)
         value, source = crossover.resolve(key, rank=self.rank, cache_dir=settings.cache_dir,
                                           broadcast=lambda obj: self.comm.bcast(obj, root=0),
                                           run_calibration=self._calibrate)
@@ -259,6 +263,7 @@ class TorusComm:
             return crossover.calibrate(measure, agree_max)
         finally:
             self.calls = calls
+
 
     def free(self) -> None:
         """Free the three communicators (collective only in MPI's sense: call it on every rank)."""
@@ -302,19 +307,41 @@ class TorusComm:
         return buf[:count]
 
     # -- horovod_torus.phases.Transport ------------------------------------------------------------------
+    def algorithm_for(self, nbytes: int) -> str:
+        """The column algorithm of a torus call of a ``nbytes`` buffer per rank (phase 2 on a shard of
+        :func:`horovod_torus.columns.column_bytes` bytes): the ``column_algorithm`` setting, or with
+        ``auto`` :meth:`horovod_torus.columns.ColumnModel.choose` of :attr:`column_model`; ``""`` when the
+        grid has one row (no column phase). The same answer on every rank for the same arguments."""
+        if self.grid.y == 1:
+            return ""
+        if self.column_algorithm != "auto":
+            return self.column_algorithm
+        return self.column_model.choose(self.grid.y, column_bytes(nbytes, self.grid.x))
+
     def verify(self, signature: CallSignature):
         self.calls += 1
-        mine = signature.words(self.calls)
+        torus = signature.algorithm == "torus" and signature.elements > 0
+        self._column = self.algorithm_for(signature.elements * _itemsize(signature.dtype)) if torus else ""
+        mine = signature.words(self.calls, self._column)
         if self.grid.size > 1:
-            both, reduced = self._check  # extremes(mine), in place: words then their negation
-            both[:mine.size] = mine
-            np.negative(mine, out=both[mine.size:])
+            both = extremes(mine)
+            reduced = np.empty_like(both)
             self._wait([self.comm.Iallreduce(both, reduced, op=MPI.MAX)])
             if disagreeing(reduced):  # rare: gather the words to name each rank's value
                 gathered = np.empty((self.grid.size, mine.size), np.int64)
                 self._wait([self.comm.Iallgather(mine, gathered)])
+                left = leaving(gathered)
+                if left and len(left) < self.grid.size:  # some ranks reached their exit: name them at once
+                    raise left_stall(self.alarm, gathered, left, self.grid)
                 compare(gathered, signature)
         return None
+
+    def leave(self) -> None:
+        """Exchange :data:`horovod_torus.signature.EXIT_SIGNATURE` (at the process's exit, registered by
+        ``init``): returns when every rank leaves; raises :class:`horovod_torus.stall.TorusStallError` on
+        every rank at once when some still make torus calls (naming the ranks that left)."""
+        with self.watch("<exit>"):
+            self.verify(EXIT_SIGNATURE)
 
     def reduce_scatter(self, buf: np.ndarray, op: str) -> np.ndarray:
         counts = shard_counts(buf.size, self.grid.x)
@@ -322,36 +349,45 @@ class TorusComm:
         ufunc = UFUNCS[op]
         if buf.nbytes >= RING_MIN_BYTES:
             out = np.empty_like(buf)
-            shard = out[_blocks(counts)[me]]
+            shard = out[blocks(counts)[me]]
             work = [self.shard_buffer(max(counts), buf.dtype, slot) for slot in (0, 1)]
             ring_reduce_scatter(self.row, buf, shard, counts, ufunc, work, self._wait)
             self._pending = (buf.size, out, shard)
             return shard
         self._pending = (buf.size, None, None)
         shard = np.empty(counts[me], buf.dtype)
-        wire_op = _wire_op(_MPI_OPS[op], buf.dtype)
+        mpi_op = wire_op(_MPI_OPS[op], buf.dtype)
         if counts[0] == counts[-1]:
-            self._wait([self.row.Ireduce_scatter_block(_wire(buf), _wire(shard), op=wire_op)])
+            self._wait([self.row.Ireduce_scatter_block(wire(buf), wire(shard), op=mpi_op)])
         else:
-            self._wait([self.row.Ireduce_scatter(_wire(buf), _wire(shard), recvcounts=counts, op=wire_op)])
+            self._wait([self.row.Ireduce_scatter(wire(buf), wire(shard), recvcounts=counts, op=mpi_op)])
         return shard
 
     def allreduce(self, shard: np.ndarray, op: str) -> np.ndarray:
-        if self.column_ring and shard.nbytes >= RING_MIN_BYTES:
+        # the algorithm verify() chose for this call (outside a call: from this shard, equal on every rank
+        # only when the shards are)
+        algorithm = self._column or self.algorithm_for(shard.nbytes * self.grid.x)
+        self._column = ""
+        if algorithm == "mpi":
+            mpi_op = wire_op(_MPI_OPS[op], shard.dtype)
+            if self.grid.x == 1:  # the shard is the caller's buffer: never reduce into it
+                out = np.empty_like(shard)
+                self._wait([self.column.Iallreduce(wire(shard), wire(out), op=mpi_op)])
+                return out
+            self._wait([self.column.Iallreduce(MPI.IN_PLACE, wire(shard), op=mpi_op)])
+            return shard
+        out = np.empty_like(shard)  # a new array: with X == 1 the shard is the caller's buffer
+        ufunc = UFUNCS[op]
+        if algorithm == "ring":
             counts = shard_counts(shard.size, self.grid.y)
-            out = np.empty_like(shard)  # a new array: with X == 1 the shard is the caller's buffer
-            block = _blocks(counts)[self.grid.coords(self.rank)[0]]  # position in the column = row index
             work = [self.shard_buffer(max(counts), shard.dtype, slot) for slot in (3, 4)]
-            ring_reduce_scatter(self.column, shard, out[block], counts, UFUNCS[op], work, self._wait)
-            ring_allgather(self.column, out, counts, self._wait)
-            return out
-        wire_op = _wire_op(_MPI_OPS[op], shard.dtype)
-        if self.grid.x == 1:  # the shard is the caller's buffer: never reduce into it
-            out = np.empty_like(shard)
-            self._wait([self.column.Iallreduce(_wire(shard), _wire(out), op=wire_op)])
-            return out
-        self._wait([self.column.Iallreduce(MPI.IN_PLACE, _wire(shard), op=wire_op)])
-        return shard
+            return ring_allreduce(self.column, shard, out, ufunc, work, counts, self._wait)
+        if algorithm == "halving-doubling":
+            work = self.shard_buffer(-(-shard.size // 2), shard.dtype, 3)
+            return halving_doubling_allreduce(self.column, shard, out, ufunc, work, self._wait)
+        return tree_allreduce(self.column, shard, out, ufunc,
+                              lambda k, count: self.shard_buffer(count, shard.dtype, 5 + k), self._wait,
+                              self.column_model.chunk_bytes)
 
     def allgather(self, shard: np.ndarray) -> np.ndarray:
         n, out, view = self._pending
@@ -364,14 +400,14 @@ class TorusComm:
             return out
         out = np.empty(n, shard.dtype)
         if counts[0] == counts[-1]:
-            self._wait([self.row.Iallgather(_wire(shard), _wire(out))])
+            self._wait([self.row.Iallgather(wire(shard), wire(out))])
         else:
-            self._wait([self.row.Iallgatherv(_wire(shard), _vspec(out, counts))])
+            self._wait([self.row.Iallgatherv(wire(shard), vspec(out, counts))])
         return out
 
     def allreduce_flat(self, buf: np.ndarray, op: str) -> np.ndarray:
         out = np.empty_like(buf)
-        self._wait([self.comm.Iallreduce(_wire(buf), _wire(out), op=_wire_op(_MPI_OPS[op], buf.dtype))])
+        self._wait([self.comm.Iallreduce(wire(buf), wire(out), op=wire_op(_MPI_OPS[op], buf.dtype))])
         return out
 
     def gate(self, buf, token):
@@ -379,6 +415,14 @@ class TorusComm:
 
 
 _MPI_OPS = {name: getattr(MPI, name.upper()) for name in REDUCE_OPS}
+
+
+def _itemsize(dtype: str) -> int:
+    """Bytes per element of a signature's dtype name (numpy's; bfloat16, which numpy lacks, 2)."""
+    try:
+        return np.dtype(dtype).itemsize
+    except TypeError:
+        return 2 if dtype == "bfloat16" else 8
 
 
 def _op_name(op) -> str:
@@ -471,84 +515,7 @@ def _check_dtype(dtype) -> None:
 
 
 RING_MIN_BYTES = 256 * 1024
-"""Per-rank buffer size (bytes) from which phases 1 and 3 run as explicit Sendrecv rings (and phase 2, on
-the shard, when :attr:`TorusComm.column_ring` is on); below it the library collectives
-(``MPI_Reduce_scatter(_block)``, ``MPI_Allgather(v)``) run. The measurements behind the value are in
+"""Per-rank buffer size (bytes) from which phases 1 and 3 run as explicit Sendrecv rings; below it the library
+collectives (``MPI_Reduce_scatter(_block)``, ``MPI_Allgather(v)``) run. The measurements behind the value are in
 ``docs/notes/mpi_transport.md``."""
-
-_float16: dict = {}
-
-
-def _sum_float16(inbuf, inoutbuf, datatype):
-    b = np.frombuffer(inoutbuf, dtype=np.float16)
-    np.add(np.frombuffer(inbuf, dtype=np.float16), b, out=b)
-
-
-def _wire(a: np.ndarray):
-    """MPI buffer spec of ``a``; float16 (no MPI datatype) travels as 2-byte words."""
-    if a.dtype != np.float16:
-        return a
-    if "type" not in _float16:
-        _float16["type"] = MPI.UINT16_T.Dup().Commit()
-    return [a.view(np.uint16), _float16["type"]]
-
-
-def _wire_op(op, dtype):
-    """The MPI op for ``dtype``: float16 sums go through a user-defined op (numpy arithmetic)."""
-    if dtype != np.float16:
-        return op
-    if op != MPI.SUM:
-        name = next((f"MPI.{n}" for n in ("MAX", "MIN", "PROD") if getattr(MPI, n) == op), "a user-defined op")
-        raise TypeError(f"float16 supports op=MPI.SUM only, got {name}")
-    if "op" not in _float16:
-        _float16["op"] = MPI.Op.Create(_sum_float16, commute=True)
-    return _float16["op"]
-
-
-def _vspec(a, counts):
-    spec = _wire(a)
-    return [spec[0], (counts, None), spec[1]] if isinstance(spec, list) else [spec, (counts, None)]
-
-
-def _blocks(counts):
-    starts = np.concatenate([[0], np.cumsum(counts)]).astype(int).tolist()
-    return [slice(starts[k], starts[k + 1]) for k in range(len(counts))]
-
-
-def _exchange(comm, outgoing, dest, incoming, source, tag, wait) -> None:
-    """One ring step: send ``outgoing`` to ``dest`` while receiving ``incoming`` from ``source``."""
-    wait([comm.Irecv(_wire(incoming), source=source, tag=tag), comm.Isend(_wire(outgoing), dest=dest, tag=tag)])
-
-
-def ring_reduce_scatter(comm: MPI.Comm, send: np.ndarray, shard: np.ndarray, counts, ufunc, work,
-                        wait=MPI.Request.Waitall) -> None:
-    """Ring reduce-scatter: rank i ends with block i of the reduction of every rank's ``send``.
-
-    p-1 steps; at step s rank i sends its partial block (i-s-1) mod p to rank i+1 and folds the partial
-    block (i-s-2) mod p received from rank i-1 into its own contribution (Patarasuk & Yuan 2009). ``work``
-    holds two scratch arrays of max(counts) elements; ``shard`` (counts[i] elements) must not overlap
-    ``send``. ``wait`` completes each step's two requests (``TorusComm._wait``: under the call's deadline).
-    """
-    p, i = comm.Get_size(), comm.Get_rank()
-    b = _blocks(counts)
-    right, left = (i + 1) % p, (i - 1) % p
-    partial = None
-    for step in range(p - 1):
-        sb, rb = (i - step - 1) % p, (i - step - 2) % p
-        outgoing = send[b[sb]] if step == 0 else partial
-        incoming = shard if step == p - 2 else work[step % 2][:counts[rb]]
-        _exchange(comm, outgoing, right, incoming, left, 71, wait)
-        ufunc(incoming, send[b[rb]], out=incoming)
-        partial = incoming
-
-
-def ring_allgather(comm: MPI.Comm, out: np.ndarray, counts, wait=MPI.Request.Waitall) -> None:
-    """Ring all-gather in place: rank i's block i of ``out`` is filled in; afterwards every block is."""
-    p, i = comm.Get_size(), comm.Get_rank()
-    b = _blocks(counts)
-    right, left = (i + 1) % p, (i - 1) % p
-    for step in range(p - 1):
-        sb, rb = (i - step) % p, (i - step - 1) % p
-        _exchange(comm, out[b[sb]], right, out[b[rb]], left, 72, wait)
-
 

@@ -268,7 +268,7 @@ def agreement_bytes(grid, size: int, transport: str = "horovod") -> int:
         settings = TorusSettings.resolve(size=size, grid=grid, transport="horovod", environ={})
         payload = {**settings.agreement(), "size": size, "process_sets": []}
     else:
-        fields = ("grid", "column_ring", "stall_seconds")
+        fields = ("grid", "column_algorithm", "stall_seconds")
         shown = TorusSettings.resolve(size=size, grid=grid, environ={}, fields=fields).agreement()
         payload = {k: shown[k] for k in fields}
     return len(pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL))

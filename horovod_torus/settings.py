@@ -10,7 +10,8 @@ own stall variables, which Horovod reads only from the environment). The configu
 - ``transport``: ``HOROVOD_TORUS_TRANSPORT`` (``HOROVOD_TORUS_BACKEND``: deprecated alias); default ``auto``;
 - ``min_torus_bytes``: ``HOROVOD_TORUS_MIN_BYTES``; default ``auto`` (calibrated, :mod:`horovod_torus.crossover`);
 - ``cache_dir``: ``HOROVOD_TORUS_CACHE_DIR``; default ``~/.cache/horovod_torus`` (``off``: no cache file);
-- ``column_ring``: ``HOROVOD_TORUS_COLUMN_RING``; default ``auto``;
+- ``column_algorithm``: ``HOROVOD_TORUS_COLUMN_ALGORITHM`` (``HOROVOD_TORUS_COLUMN_RING``: deprecated alias,
+  ``1`` = ``ring``, ``0`` = ``mpi``); default ``auto``;
 - ``stall_seconds``: ``HOROVOD_STALL_SHUTDOWN_TIME_SECONDS`` (Horovod's own); default 300 s (0: never).
 """
 from __future__ import annotations
@@ -22,11 +23,16 @@ import warnings
 from horovod_torus.topology import TorusTopology
 
 __all__ = ["TorusSettings", "TRANSPORTS", "TRANSPORT_CHOICES", "ENVIRONMENT", "DEFAULT_STALL_SECONDS",
-           "DEFAULT_CACHE_DIR"]
+           "COLUMN_ALGORITHMS", "COLUMN_CHOICES", "DEFAULT_CACHE_DIR"]
 
 #: The transports a torus can move data with (``"auto"`` resolves to one of them at ``init``).
 TRANSPORTS = ("horovod", "mpi")
 TRANSPORT_CHOICES = ("auto",) + TRANSPORTS
+
+#: The MPI transport's column all-reduce algorithms (phase 2; :mod:`horovod_torus.columns`); ``"auto"``
+#: picks one per call from the cost model.
+COLUMN_ALGORITHMS = ("mpi", "ring", "halving-doubling", "tree")
+COLUMN_CHOICES = ("auto",) + COLUMN_ALGORITHMS
 
 #: Seconds a collective may wait for the other ranks before the job is stopped (Horovod's stall shutdown,
 #: the MPI transport's deadline).
@@ -40,15 +46,17 @@ ENVIRONMENT = {
     "grid": ("HOROVOD_TORUS_GRID",),
     "transport": ("HOROVOD_TORUS_TRANSPORT", "HOROVOD_TORUS_BACKEND"),
     "min_torus_bytes": ("HOROVOD_TORUS_MIN_BYTES",),
-    "column_ring": ("HOROVOD_TORUS_COLUMN_RING",),
+    "column_algorithm": ("HOROVOD_TORUS_COLUMN_ALGORITHM", "HOROVOD_TORUS_COLUMN_RING"),
     "stall_seconds": ("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS",),
     "cache_dir": ("HOROVOD_TORUS_CACHE_DIR",),
 }
 
 #: Deprecated variables -> the variable to use instead (still read, with a DeprecationWarning).
-DEPRECATED = {"HOROVOD_TORUS_BACKEND": "HOROVOD_TORUS_TRANSPORT"}
+DEPRECATED = {"HOROVOD_TORUS_BACKEND": "HOROVOD_TORUS_TRANSPORT",
+              "HOROVOD_TORUS_COLUMN_RING": "HOROVOD_TORUS_COLUMN_ALGORITHM (1: ring, 0: mpi)"}
 
-_COLUMN_RING = {"auto": None, "1": True, "0": False, True: True, False: False, None: None}
+#: The deprecated ``column_ring`` values (argument or HOROVOD_TORUS_COLUMN_RING) -> the column algorithm.
+_COLUMN_RING = {"auto": "auto", "1": "ring", "0": "mpi", True: "ring", False: "mpi"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,8 +70,9 @@ class TorusSettings:
         min_torus_bytes: fused buffers below this many bytes take the flat all-reduce; ``"auto"`` (the
             default): calibrated at ``init`` / ``TorusComm.create``, or read from the cache
             (:mod:`horovod_torus.crossover`); 0: always the three phases.
-        column_ring: phase 2 on the MPI transport as a Sendrecv ring (True), always ``MPI_Allreduce``
-            (False), or a ring when the column's ranks are all on different nodes (None, ``auto``).
+        column_algorithm: phase 2 on the MPI transport, one of :data:`COLUMN_CHOICES`: ``"mpi"``
+            (``MPI_Allreduce``), ``"ring"``, ``"halving-doubling"``, ``"tree"`` (non-blocking
+            point-to-point, :mod:`horovod_torus.columns`) or ``"auto"`` (one per call from the cost model).
         stall_seconds: seconds a collective may wait for the other ranks before the job stops (None:
             forever).
         cache_dir: the directory of the crossover cache files (None: no cache). Only rank 0's value is
@@ -73,14 +82,14 @@ class TorusSettings:
     grid: TorusTopology
     transport: str = "auto"
     min_torus_bytes: int | str = "auto"
-    column_ring: bool | None = None
+    column_algorithm: str = "auto"
     stall_seconds: float | None = DEFAULT_STALL_SECONDS
     cache_dir: str | None = DEFAULT_CACHE_DIR
 
     @classmethod
     def resolve(cls, *, size: int, local_size: int | None = None, grid=None, transport=None,
-                min_torus_bytes=None, column_ring=None, stall_seconds=None, cache_dir=None, environ=None,
-                fields=None) -> "TorusSettings":
+                min_torus_bytes=None, column_algorithm=None, stall_seconds=None, cache_dir=None, environ=None,
+                fields=None, column_ring=None) -> "TorusSettings":
         """The settings of a world of ``size`` ranks (``local_size`` per node): each argument, else its
         variable (:data:`ENVIRONMENT`), else its default. Local: no communication.
 
@@ -88,12 +97,14 @@ class TorusSettings:
             grid: a TorusTopology, ``"XxY"`` or None.
             transport: one of :data:`TRANSPORT_CHOICES` or None.
             min_torus_bytes: an int >= 0 (bytes), ``"auto"`` or None.
-            column_ring: True, False, ``"auto"`` or None (the variable takes ``auto``, ``1``, ``0``).
+            column_algorithm: one of :data:`COLUMN_CHOICES` or None.
             stall_seconds: seconds > 0, 0 (never), or None.
             cache_dir: a directory, ``"off"`` (no cache), or None.
             environ: the environment (``os.environ``).
             fields: the settings this caller uses (default: all); the others keep their defaults and
                 their variables are not read (the numpy API uses all but transport).
+            column_ring: deprecated alias of ``column_algorithm`` (DeprecationWarning): True = ``"ring"``,
+                False = ``"mpi"``, ``"auto"``; an error when both are given.
 
         Raises:
             ValueError: a malformed value, naming the argument or variable it came from and the fix; a
@@ -112,7 +123,9 @@ class TorusSettings:
             raise ValueError(f"{source}={value!r}: {exc}" if value is not None else str(exc)) from None
         return cls(grid=the_grid, transport=_transport(*_pick("transport", transport, environ)),
                    min_torus_bytes=_min_bytes(*_pick("min_torus_bytes", min_torus_bytes, environ)),
-                   column_ring=_column_ring(*_pick("column_ring", column_ring, environ)),
+                   column_algorithm=_column_algorithm(*_pick("column_algorithm",
+                                                             _column_argument(column_algorithm, column_ring),
+                                                             environ)),
                    stall_seconds=_stall(*_pick("stall_seconds", stall_seconds, environ)),
                    cache_dir=_cache_dir(*_pick("cache_dir", cache_dir, environ)))
 
@@ -120,7 +133,7 @@ class TorusSettings:
         """The JSON-able dict the ranks compare (:func:`horovod_torus.agreement.agree`); ``cache_dir`` is
         not in it (only rank 0's is used)."""
         return {"grid": str(self.grid), "transport": self.transport, "min_torus_bytes": self.min_torus_bytes,
-                "column_ring": {None: "auto", True: "1", False: "0"}[self.column_ring],
+                "column_algorithm": self.column_algorithm,
                 "stall_seconds": self.stall_seconds}
 
 
@@ -171,11 +184,35 @@ def _min_bytes(source, value):
     return number
 
 
-def _column_ring(source, value):
-    key = value.strip().lower() if isinstance(value, str) else value
+def _column_argument(column_algorithm, column_ring):
+    """The column algorithm argument, or the deprecated ``column_ring`` argument translated."""
+    if column_ring is None:
+        return column_algorithm
+    warnings.warn("column_ring= is deprecated: pass column_algorithm='ring' (True) or 'mpi' (False)",
+                  DeprecationWarning, stacklevel=4)
+    key = column_ring.strip().lower() if isinstance(column_ring, str) else column_ring
     if key not in _COLUMN_RING:
-        raise ValueError(f"{source}={value!r} must be one of auto, 1, 0 (or True/False/None as an argument)")
+        raise ValueError(f"column_ring={column_ring!r} must be one of auto, 1, 0 (or True/False/None); it is "
+                         f"deprecated: pass column_algorithm= (one of {', '.join(COLUMN_CHOICES)})")
+    if column_algorithm is not None and column_algorithm != _COLUMN_RING[key]:
+        raise ValueError(f"column_ring={column_ring!r} and column_algorithm={column_algorithm!r} disagree: pass "
+                         f"column_algorithm= only")
     return _COLUMN_RING[key]
+
+
+def _column_algorithm(source, value):
+    if value is None:
+        return "auto"
+    if source == "HOROVOD_TORUS_COLUMN_RING":
+        key = value.strip().lower()
+        if key not in _COLUMN_RING:
+            raise ValueError(f"HOROVOD_TORUS_COLUMN_RING={value!r} must be one of auto, 1, 0 (deprecated: export "
+                             f"HOROVOD_TORUS_COLUMN_ALGORITHM, one of {', '.join(COLUMN_CHOICES)})")
+        return _COLUMN_RING[key]
+    key = value.strip().lower() if isinstance(value, str) else value
+    if key not in COLUMN_CHOICES:
+        raise ValueError(f"{source}={value!r} is not a column algorithm: choose one of {', '.join(COLUMN_CHOICES)}")
+    return key
 
 
 def _stall(source, value):

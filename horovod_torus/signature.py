@@ -17,7 +17,9 @@ step together and raises together, before the result is used.
 
 Fields (in this order): the per-transport call sequence number, the element count of the fused buffer,
 the dtype code, a CRC-32 of the (dtype, shape) list, the op, the bits of the float32 pre- and post-scale
-factors, the compression, the algorithm (three phases or flat), and a CRC-32 of the name.
+factors, the compression, the algorithm (three phases or flat; on the MPI transport also the column
+algorithm the call chose, :data:`COLUMN_CODES`, as ``code * COLUMN_SHIFT`` added to the word), and a
+CRC-32 of the name.
 """
 from __future__ import annotations
 
@@ -27,7 +29,8 @@ import zlib
 
 import numpy as np
 
-__all__ = ["CallSignature", "TorusMismatchError", "FIELDS", "compare", "layout_crc", "extremes", "disagreeing"]
+__all__ = ["CallSignature", "TorusMismatchError", "FIELDS", "compare", "layout_crc", "extremes", "disagreeing",
+           "COLUMN_CODES", "COLUMN_SHIFT", "EXIT_SIGNATURE", "leaving"]
 
 FIELDS = ("call", "elements", "dtype", "shapes", "op", "prescale", "postscale", "compression", "algorithm",
           "name")
@@ -38,6 +41,13 @@ _CODE_DTYPES = {v: k for k, v in _DTYPE_CODES.items()}
 _OPS = {0: "Average", 1: "Sum"}
 _ALGORITHMS = {0: "torus", 1: "flat"}
 _OP_CODES = {v: k for k, v in _OPS.items()}
+#: The column algorithm a torus call chose (:mod:`horovod_torus.columns`) -> its code in the algorithm
+#: word ("": none chosen: a flat call, a grid of one row, the Horovod transport).
+COLUMN_CODES = {"": 0, "mpi": 1, "ring": 2, "halving-doubling": 3, "tree": 4}
+_CODE_COLUMNS = {v: k for k, v in COLUMN_CODES.items()}
+#: The algorithm word is ``algorithm code + COLUMN_SHIFT * column code``.
+COLUMN_SHIFT = 8
+_ALGORITHM_WORD = FIELDS.index("algorithm")
 _ALGORITHM_CODES = {v: k for k, v in _ALGORITHMS.items()}
 
 
@@ -99,9 +109,24 @@ class CallSignature:
                          zlib.crc32(self.compression.encode()), _ALGORITHM_CODES[self.algorithm],
                          zlib.crc32(self.name.encode())], dtype=np.int64)
 
-    def words(self, call: int) -> np.ndarray:
-        """The int64 vector exchanged among ranks (``len(FIELDS)`` words), with call number ``call``."""
-        return np.concatenate([np.array([call], np.int64), self._static_words])
+    def words(self, call: int, column: str = "") -> np.ndarray:
+        """The int64 vector exchanged among ranks (``len(FIELDS)`` words), with call number ``call`` and
+        the column algorithm ``column`` (a key of :data:`COLUMN_CODES`) folded into the algorithm word."""
+        words = np.concatenate([np.array([call], np.int64), self._static_words])
+        words[_ALGORITHM_WORD] += COLUMN_SHIFT * COLUMN_CODES[column]
+        return words
+
+
+#: The signature a rank exchanges when it leaves the torus (``shutdown()`` or the end of the process, on the
+#: Horovod transport): a rank still making torus calls then sees it in the same exchange and raises at
+#: once, naming the rank that left (:func:`leaving`), instead of waiting for the deadline.
+EXIT_SIGNATURE = CallSignature(elements=-1, dtype="int64", name="<exit>")
+
+
+def leaving(gathered: np.ndarray) -> list[int]:
+    """The ranks whose row of ``gathered`` ([N, len(FIELDS)]) is an :data:`EXIT_SIGNATURE`."""
+    gathered = np.asarray(gathered).reshape(-1, len(FIELDS))
+    return [int(r) for r in np.flatnonzero(gathered[:, FIELDS.index("elements")] == EXIT_SIGNATURE.elements)]
 
 
 def _show(field: str, word: int) -> str:
@@ -112,7 +137,8 @@ def _show(field: str, word: int) -> str:
     if field in ("prescale", "postscale"):
         return repr(float(np.array([word], np.int32).view(np.float32)[0]))
     if field == "algorithm":
-        return _ALGORITHMS.get(word, str(word))
+        base, column = _ALGORITHMS.get(word % COLUMN_SHIFT, str(word)), _CODE_COLUMNS.get(word // COLUMN_SHIFT)
+        return f"{base} (column {column})" if column else base
     if field in ("shapes", "compression", "name"):
         return f"crc {word & 0xFFFFFFFF:08x}"
     return str(word)
@@ -153,10 +179,14 @@ def compare(gathered: np.ndarray, mine: CallSignature | None = None, what: str =
     for i in differ:
         values = ", ".join(f"rank {r} {_show(FIELDS[i], int(w))}" for r, w in enumerate(gathered[:, i]))
         lines.append(f"  {FIELDS[i]}: {values}")
-    hint = ("every rank must make the same torus calls in the same order (a rank skipped or added a call)"
-            if FIELDS.index("call") in differ else
-            "every rank must pass the same shapes, dtypes, op, scale factors, compression and name, position "
-            "by position")
+    if FIELDS.index("call") in differ:
+        hint = "every rank must make the same torus calls in the same order (a rank skipped or added a call)"
+    elif differ == [_ALGORITHM_WORD] and len({int(w) % COLUMN_SHIFT for w in gathered[:, _ALGORITHM_WORD]}) == 1:
+        hint = ("the ranks chose different column algorithms: give every rank the same column_algorithm "
+                "(HOROVOD_TORUS_COLUMN_ALGORITHM) and the same TorusComm column_model")
+    else:
+        hint = ("every rank must pass the same shapes, dtypes, op, scale factors, compression and name, position "
+                "by position")
     here = f"; this rank passed {list(mine.layout)[:8]}" if mine is not None and mine.layout else ""
     raise TorusMismatchError(f"{what}: mismatch across ranks: the ranks disagree on {', '.join(FIELDS[i] for i in differ)}:\n"
                              + "\n".join(lines) + f"\n{hint}{here}", [FIELDS[i] for i in differ])

@@ -31,7 +31,8 @@ import time
 
 import numpy as np
 
-__all__ = ["TorusStallError", "CallClock", "ROLL_CALL_SECONDS", "EXIT_GRACE_SECONDS"]
+__all__ = ["TorusStallError", "CallClock", "stall_error", "left_error", "note_stop", "last_stop", "ROLL_CALL_SECONDS",
+           "EXIT_GRACE_SECONDS", "exit_check_mpi", "left_stall"]
 
 #: Seconds the waiting ranks spend collecting each other's roll-call messages after the deadline.
 ROLL_CALL_SECONDS = 3.0
@@ -55,6 +56,59 @@ class TorusStallError(RuntimeError):
     def __init__(self, message: str = "", call: int = 0, name: str = "", missing=(), deadline: float = 0.0):
         super().__init__(message)
         self.call, self.name, self.missing, self.deadline = call, name, tuple(missing), deadline
+
+
+def stall_error(call: int, name: str, grid, deadline: float, missing, ending: str) -> TorusStallError:
+    """The :class:`TorusStallError` of call number ``call`` (``name``) on ``grid`` that waited ``deadline``
+    seconds for ``missing`` (ranks; None: unknown); ``ending`` says what happens next (transport-specific)."""
+    label = f" {name!r}" if name else ""
+    who = list(missing) if missing is not None else "unknown to this rank (no roll-call channel)"
+    stop = last_stop()
+    here = f"; this rank stopped training: {stop}" if stop else ""
+    return TorusStallError(
+        f"horovod_torus: torus all-reduce call {call}{label} on grid {grid} waited {deadline:g} s for the other "
+        f"ranks; rank(s) {who} did not make this call (a rank skipped it, stopped early, e.g. a Keras callback "
+        f"that stopped training on one rank only, or died){here}. {ending}. Stop every rank together "
+        f"(horovod_torus.tensorflow.keras.callbacks.StopTogetherCallback) or make the same torus calls on every "
+        f"rank", call, name, missing or (), deadline)
+
+
+def left_error(rows, left, rank: int, grid, why: str = "") -> TorusStallError:
+    """The error of a signature exchange in which ranks ``left`` sent
+    :data:`horovod_torus.signature.EXIT_SIGNATURE` (they reached ``shutdown()`` or their exit) while the
+    others made a torus call. ``rows``: the gathered words ([N, len(FIELDS)]); ``why``: what the leaving
+    ranks said (e.g. ``"; rank 0: it stopped training: ..."``)."""
+    from horovod_torus.signature import FIELDS
+
+    at = FIELDS.index("call")
+    staying = [r for r in range(len(rows)) if r not in left]
+    call = min(int(rows[r][at]) for r in staying)
+    advice = "Stop every rank together (horovod_torus.tensorflow.keras.callbacks.StopTogetherCallback)"
+    if rank in left:
+        stop = last_stop()
+        return TorusStallError(
+            f"horovod_torus: this rank (rank {rank}) left the torus (shutdown() or the end of the process) after "
+            f"{int(rows[rank][at]) - 1} torus calls while rank(s) {staying} made torus call {call}"
+            f"{f'; it stopped training: {stop}' if stop else ''}. {advice}", call, "<exit>", staying, 0.0)
+    return TorusStallError(
+        f"horovod_torus: torus all-reduce call {call} on grid {grid}: rank(s) {list(left)} did not make this call: "
+        f"they left the torus (shutdown() or the end of the process){why} (a rank skipped the call or stopped "
+        f"early, e.g. a Keras callback that stopped training on one rank only). {advice} or make the same torus "
+        f"calls on every rank", call, "", left, 0.0)
+
+
+_stops: list[str] = []
+
+
+def note_stop(text: str) -> None:
+    """Record why this process stopped training (e.g. the Keras callback that set ``model.stop_training``),
+    for the messages of a later stall; see :func:`last_stop`."""
+    _stops.append(text)
+
+
+def last_stop() -> str:
+    """The last stop recorded with :func:`note_stop`, or ``""``."""
+    return _stops[-1] if _stops else ""
 
 
 class CallClock:
@@ -91,16 +145,11 @@ class CallClock:
 
     def _raise(self):
         missing = self._roll_call()
-        label = f" {self.name!r}" if self.name else ""
         _abort_at_exit(self.alarm, [r for r in range(self.alarm.Get_size())
                                     if r not in missing and r != self.alarm.Get_rank()])
-        raise TorusStallError(
-            f"horovod_torus: torus all-reduce call {self.call}{label} on grid {self.grid} waited "
-            f"{self.deadline:.0f} s for the other ranks; rank(s) {list(missing)} did not make this call (a rank "
-            f"skipped it, stopped early, e.g. a Keras callback that stopped training on one rank only, or died). "
-            f"The torus communicators cannot be used again: the job ends with MPI_Abort when this process "
-            f"exits. Stop every rank together (horovod_torus.tensorflow.keras.callbacks.StopTogetherCallback) "
-            f"or make the same torus calls on every rank", self.call, self.name, missing, self.deadline)
+        raise stall_error(self.call, self.name, self.grid, self.deadline, missing,
+                          "The torus communicators cannot be used again: the job ends with MPI_Abort when this "
+                          "process exits")
 
     def _roll_call(self) -> list[int]:
         """Ranks that did not report waiting in this call within ROLL_CALL_SECONDS (collective only among
@@ -127,27 +176,49 @@ class CallClock:
 
 
 def _abort_at_exit(alarm, peers: list[int]) -> None:
-    """At exit: tell ``peers`` (the other ranks that waited in the stalled call) that this one is exiting,
-    wait up to EXIT_GRACE_SECONDS for the same from each, then MPI_Abort."""
+    """At exit: :func:`_abort_when_peers_exit` (registered once per process)."""
     if _abort_registered["done"]:
         return
     _abort_registered["done"] = True
+    atexit.register(_abort_when_peers_exit, alarm, peers)
 
-    def abort():
-        from mpi4py import MPI
 
-        note = np.zeros(1, np.int64)
-        for r in peers:
-            alarm.Isend(note, dest=r, tag=_EXIT_TAG)
-        waiting, until, status = set(peers), time.monotonic() + EXIT_GRACE_SECONDS, MPI.Status()
-        while waiting and time.monotonic() < until:
-            if alarm.Iprobe(source=MPI.ANY_SOURCE, tag=_EXIT_TAG, status=status):
-                alarm.Recv(np.empty(1, np.int64), source=status.Get_source(), tag=_EXIT_TAG)
-                waiting.discard(status.Get_source())
-            else:
-                time.sleep(0.01)
-        print("horovod_torus: a torus call stalled in this process: ending the job with MPI_Abort",
-              file=sys.stderr, flush=True)
-        MPI.COMM_WORLD.Abort(1)
+def _abort_when_peers_exit(alarm, peers: list[int]) -> None:
+    """Tell ``peers`` (the other ranks of a stalled call) that this one is exiting, wait up to
+    EXIT_GRACE_SECONDS for the same from each, then MPI_Abort."""
+    from mpi4py import MPI
 
-    atexit.register(abort)
+    note = np.zeros(1, np.int64)
+    for r in peers:
+        alarm.Isend(note, dest=r, tag=_EXIT_TAG)
+    waiting, until, status = set(peers), time.monotonic() + EXIT_GRACE_SECONDS, MPI.Status()
+    while waiting and time.monotonic() < until:
+        if alarm.Iprobe(source=MPI.ANY_SOURCE, tag=_EXIT_TAG, status=status):
+            alarm.Recv(np.empty(1, np.int64), source=status.Get_source(), tag=_EXIT_TAG)
+            waiting.discard(status.Get_source())
+        else:
+            time.sleep(0.01)
+    print("horovod_torus: a torus call stalled in this process: ending the job with MPI_Abort",
+          file=sys.stderr, flush=True)
+    MPI.COMM_WORLD.Abort(1)
+
+
+def left_stall(alarm, rows, left, grid) -> TorusStallError:
+    """The mpi transport's :func:`left_error` for this rank, the job's end arranged: every rank of the
+    exchange ends with MPI_Abort once all have exited (the leaving rank from its exit check, at once)."""
+    me = alarm.Get_rank()
+    _abort_at_exit(alarm, [r for r in range(alarm.Get_size()) if r != me])
+    return left_error(rows, left, me, grid)
+
+
+def exit_check_mpi(tc) -> None:
+    """At the process's exit (registered by ``init`` on the mpi transport): ``tc.leave()``; when it raises
+    (this rank left while others still made torus calls) print why and end the job (status 1 everywhere).
+    Skipped after a stall this process raised: its own exit hook ends the job."""
+    if _abort_registered["done"]:
+        return
+    try:
+        tc.leave()
+    except TorusStallError as exc:
+        print(f"horovod_torus: rank {tc.rank} exits with status 1: {exc}", file=sys.stderr, flush=True)
+        _abort_when_peers_exit(tc.alarm, [r for r in range(tc.alarm.Get_size()) if r != tc.rank])

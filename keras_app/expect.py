@@ -31,6 +31,10 @@ def verdict(summary: dict, *, name: str, min_top1: float, seconds: float | None 
         line += f"; {seconds:.0f} s wall"
         if target_seconds:
             line += f" ({'within' if seconds <= target_seconds else 'over'} the {target_seconds:.0f} s target)"
+    host = summary.get("host")
+    if host:
+        onednn = {True: "on", False: "off"}.get(host.get("onednn"), "unknown")
+        line += f"; {host.get('cpu_count')} CPUs, {host.get('cpu_model')}, oneDNN {onednn}"
     return met, line
 
 

@@ -1,13 +1,30 @@
 """What rank 0 leaves behind: ``summary.json`` and PNG plots (matplotlib), both written atomically."""
 from __future__ import annotations
 
+import os
+import platform
+import socket
 import time
 
 import keras
 
 from horovod_torus.atomic import save_figure_atomic, write_json_atomic
+from horovod_torus.bench.world import cpu_model
+from horovod_torus.tf_defaults import ONEDNN_VAR, onednn_enabled
 
-__all__ = ["EpochRecorder", "write_summary", "plot_run"]
+__all__ = ["EpochRecorder", "write_summary", "plot_run", "run_host"]
+
+
+def run_host() -> dict:
+    """Facts that a speed figure of this run needs next to it (rank 0's host): hostname, cpu_model
+    (``/proc/cpuinfo``), cpu_count (logical CPUs), onednn (whether TensorFlow runs its oneDNN kernels:
+    :func:`horovod_torus.tf_defaults.onednn_enabled`), the ``TF_ENABLE_ONEDNN_OPTS`` value, the TensorFlow
+    and Python versions."""
+    import tensorflow as tf
+
+    return {"hostname": socket.gethostname(), "cpu_model": cpu_model(), "cpu_count": os.cpu_count(),
+            "onednn": onednn_enabled(), ONEDNN_VAR: os.environ.get(ONEDNN_VAR),
+            "tensorflow": tf.__version__, "python": platform.python_version()}
 
 
 class EpochRecorder(keras.callbacks.Callback):
@@ -46,13 +63,14 @@ class EpochRecorder(keras.callbacks.Callback):
 def write_summary(path: str, *, world_size: int, grid: str, strategy: str, epochs: list[dict],
                   config: dict, lr_steps: list) -> dict:
     """Write ``summary.json``: world_size, grid, strategy, per-epoch records, final {val_top1, val_top5,
-    train_seconds (sum of epoch_seconds)}, the per-step ``[step, epoch, lr, global_batch]`` and config."""
+    train_seconds (sum of epoch_seconds)}, the per-step ``[step, epoch, lr, global_batch]``, config, and
+    host (:func:`run_host`: the CPU model and oneDNN state that its speed figures depend on)."""
     validated = [e for e in epochs if e.get("val_top1") is not None]
     last = validated[-1] if validated else {}
     summary = {"world_size": world_size, "grid": grid, "strategy": strategy, "epochs": epochs,
                "final": {"val_top1": last.get("val_top1"), "val_top5": last.get("val_top5"),
                          "train_seconds": sum(e["epoch_seconds"] for e in epochs)},
-               "steps": [list(s) for s in lr_steps], "config": config}
+               "steps": [list(s) for s in lr_steps], "config": config, "host": run_host()}
     write_json_atomic(path, summary)
     return summary
 

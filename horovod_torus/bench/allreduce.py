@@ -156,12 +156,13 @@ def algorithm_of(strategy: str, nbytes: int, reduce=None) -> str:
 
 
 def column_of(strategy: str, nbytes: int, reduce=None) -> str:
-    """The column algorithm of a torus row (``"ring"``, ``"MPI_Allreduce"``, ``"hvd.allreduce"``,
-    ``"none"``), ``""`` for a flat or a user strategy's row."""
+    """The column algorithm of a torus row (the MPI transport's :meth:`horovod_torus.mpi.TorusComm.algorithm_for`:
+    ``"mpi"``, ``"ring"``, ``"halving-doubling"``, ``"tree"``; ``"hvd.allreduce"`` on the Horovod transport;
+    ``"none"`` for one row), ``""`` for a flat or a user strategy's row."""
     if algorithm_of(strategy, nbytes, reduce) != "torus":
         return ""
     if strategy == "mpi-torus":
-        return reduce.comm.column_algorithm(nbytes) if reduce is not None else ""
+        return (reduce.comm.algorithm_for(nbytes) or "none") if reduce is not None else ""
     from horovod_torus.tensorflow.runtime import torus
 
     return torus().column_algorithm(nbytes, _transport_of(strategy))

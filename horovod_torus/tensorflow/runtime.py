@@ -6,6 +6,7 @@ returns it. The data path does not look it up per call: strategies bind it once.
 """
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import os
 import warnings
@@ -16,7 +17,10 @@ from horovod_torus import tf_defaults
 from horovod_torus.agreement import agree_on
 from horovod_torus.launch import LaunchContext
 from horovod_torus.process_sets import TorusProcessSets
+from horovod_torus.rollcall import channel_for
 from horovod_torus.settings import TorusSettings
+from horovod_torus.stall import exit_check_mpi
+from horovod_torus.tensorflow.guard import ExchangeGuard, exit_check, leave
 from horovod_torus.tensorflow.torus import TorusAllreduce
 from horovod_torus.topology import TorusTopology
 
@@ -26,8 +30,8 @@ __all__ = ["init", "shutdown", "torus", "torus_process_sets", "grid", "transport
 _current: dict = {"torus": None, "settings": None}
 
 
-def init(comm=None, process_sets=None, *, grid=None, transport=None, min_torus_bytes=None, column_ring=None,
-         stall_shutdown_seconds=None, backend=None, cache_dir=None, **kwargs) -> TorusAllreduce:
+def init(comm=None, process_sets=None, *, grid=None, transport=None, min_torus_bytes=None, column_algorithm=None,
+         stall_shutdown_seconds=None, backend=None, column_ring=None, cache_dir=None, **kwargs) -> TorusAllreduce:
     """Initialise Horovod with every row and column process set of the torus grid.
 
     ``horovod.tensorflow.init(comm=None, process_sets=None)``'s parameters, in Horovod's order, then the
@@ -54,13 +58,17 @@ def init(comm=None, process_sets=None, *, grid=None, transport=None, min_torus_b
             (``HOROVOD_TORUS_CACHE_DIR``), else measures both algorithms of every transport (a few
             seconds, :meth:`TorusAllreduce.resolve_crossover`; rank 0 writes the cache); with a GPU
             visible at the first torus call instead of here (measuring starts TensorFlow's runtime).
-        column_ring: the MPI transport's column all-reduce: True (Sendrecv ring), False (MPI_Allreduce),
-            None/``"auto"`` (``HOROVOD_TORUS_COLUMN_RING``, else a ring when the column spans nodes).
+        column_algorithm: the MPI transport's column all-reduce (phase 2): ``"mpi"`` (MPI_Allreduce),
+            ``"ring"``, ``"halving-doubling"``, ``"tree"`` (point-to-point, :mod:`horovod_torus.columns`)
+            or None/``"auto"`` (``HOROVOD_TORUS_COLUMN_ALGORITHM``, else auto: per call from the cost
+            model by the shard's bytes and the column length). No effect on the ``horovod`` transport.
         stall_shutdown_seconds: seconds a collective may wait for the other ranks before Horovod shuts
             down (raising on every rank) and the MPI transport aborts the job; None:
             ``HOROVOD_STALL_SHUTDOWN_TIME_SECONDS``, else 300; 0: never (Horovod's own default). Exported
             to Horovod as ``HOROVOD_STALL_SHUTDOWN_TIME_SECONDS``, the only way Horovod reads it.
         backend: deprecated alias of ``transport`` (DeprecationWarning).
+        column_ring: deprecated alias of ``column_algorithm`` (DeprecationWarning): True ``"ring"``,
+            False ``"mpi"``.
         cache_dir: the directory of the crossover cache files, or ``"off"`` (None:
             ``HOROVOD_TORUS_CACHE_DIR``, else ``~/.cache/horovod_torus``); only rank 0's is used.
         **kwargs: forwarded to ``horovod.tensorflow.init``.
@@ -80,7 +88,8 @@ def init(comm=None, process_sets=None, *, grid=None, transport=None, min_torus_b
     transport = _transport_argument(transport, backend)
     if _hvd.is_initialized():
         return _same_as_running(grid=grid, transport=transport, min_torus_bytes=min_torus_bytes,
-                                column_ring=column_ring, stall_seconds=stall_shutdown_seconds)
+                                column_algorithm=column_algorithm, column_ring=column_ring,
+                                stall_seconds=stall_shutdown_seconds)
     tf_defaults.warn_if_onednn_off()
     context = LaunchContext.from_environ()
     mpi_comm = _mpi_comm(comm, context)
@@ -93,8 +102,9 @@ def init(comm=None, process_sets=None, *, grid=None, transport=None, min_torus_b
 
     def build():  # every local check, so that a rank with bad input tells the others instead of leaving them
         settings = TorusSettings.resolve(size=size, local_size=local_size, grid=grid, transport=transport,
-                                         min_torus_bytes=min_torus_bytes, column_ring=column_ring,
-                                         stall_seconds=stall_shutdown_seconds, cache_dir=cache_dir)
+                                         min_torus_bytes=min_torus_bytes, column_algorithm=column_algorithm,
+                                         stall_seconds=stall_shutdown_seconds, column_ring=column_ring,
+                                         cache_dir=cache_dir)
         user_sets = _check_process_sets(process_sets, size)
         return (settings, user_sets), {**settings.agreement(), "size": size,
                                        "process_sets": [list(s.ranks) for s in user_sets]}
@@ -115,7 +125,11 @@ def init(comm=None, process_sets=None, *, grid=None, transport=None, min_torus_b
         torus_comm = TorusComm.from_settings(mpi_comm, settings)
     auto = settings.min_torus_bytes == "auto"
     _current["settings"] = settings
-    _current["torus"] = TorusAllreduce(sets, chosen, torus_comm, 0 if auto else settings.min_torus_bytes)
+    channel = channel_for(torus_comm, os.environ, rank, size, f"horovod_torus_stall_{_init_count()}")
+    guard = ExchangeGuard(settings.stall_seconds, settings.grid, rank, channel) if size > 1 else None
+    _current["torus"] = TorusAllreduce(sets, chosen, torus_comm, 0 if auto else settings.min_torus_bytes, guard)
+    if guard is not None:
+        _register_exit_check()
     if auto:
         if _gpu_visible():  # measuring starts TensorFlow's runtime: not before the user pinned a GPU
             _current["torus"].defer_crossover(settings.cache_dir, context.launcher)
@@ -128,6 +142,32 @@ def _gpu_visible() -> bool:
     import tensorflow as tf
 
     return bool(tf.config.list_physical_devices("GPU"))
+
+
+def _init_count() -> int:
+    _current["inits"] = _current.get("inits", 0) + 1
+    return _current["inits"]
+
+
+def _register_exit_check() -> None:
+    """Once per process: at exit, the exit check of the running torus' transport (the exit signature, so
+    that a rank leaving while others still make torus calls ends the run on every rank at once, and
+    exits with status 1 saying why): :func:`horovod_torus.tensorflow.guard.exit_check` on the Horovod
+    transport, :func:`horovod_torus.stall.exit_check_mpi` on the mpi one. Registered after ``hvd.init``,
+    so it runs before Horovod's own atexit shutdown."""
+    if not _current.get("exit_check"):
+        _current["exit_check"] = True
+
+        def check():
+            current = _current["torus"]
+            if current is None or current._horovod.guard is None:
+                return
+            if current.transport == "mpi" and current.torus_comm is not None:
+                exit_check_mpi(current.torus_comm)
+            else:
+                exit_check(current._horovod)
+
+        atexit.register(check)
 
 
 def _transport_argument(transport, backend):
@@ -159,7 +199,7 @@ def _same_as_running(**arguments):
     wanted = TorusSettings.resolve(size=current.grid.size, environ={}, **given)
     running = dataclasses.replace(_current["settings"], transport=current.transport)
     names = {"stall_seconds": "stall_shutdown_seconds"}
-    for field in given:
+    for field in dict.fromkeys("column_algorithm" if f == "column_ring" else f for f in given):
         mine, theirs = getattr(wanted, field), getattr(running, field)
         if mine != theirs and not (field == "transport" and mine == "auto"):
             arg = names.get(field, field)
@@ -253,14 +293,18 @@ def _resolve_transport(value):
 def shutdown() -> None:
     """Wait for every rank, then shut Horovod down and free the torus (``init`` may then be called again).
 
-    The wait (one tiny all-reduce on the global set) matters on the Horovod transport: a torus call ends
+    The wait (:func:`horovod_torus.tensorflow.guard.leave`: the exit signature exchanged on the global
+    set; a rank still making torus calls then raises TorusStallError, naming this one) matters on the
+    Horovod transport: a torus call ends
     with an all-gather on each row's process set, so one row may still be in it when another returns, and
     Horovod's shutdown on any rank (rank 0 coordinates every process set) would fail the other row's op."""
     if _current["torus"] is not None:
         if _hvd.is_initialized() and _hvd.size() > 1:
-            import tensorflow as tf
-
-            _hvd.allreduce(tf.zeros([1]), op=_hvd.Sum, name="horovod_torus_shutdown").numpy()
+            if _current["torus"].transport == "mpi" and _current["torus"].torus_comm is not None:
+                _current["torus"].torus_comm.leave()  # a rank still in an mpi torus call: raise, naming it
+            leave(_current["torus"]._horovod)
+        if _current["torus"]._horovod.guard is not None:
+            _current["torus"]._horovod.guard.close()
         _current["torus"].free()
     _current["torus"] = _current["settings"] = None
     _hvd.shutdown()

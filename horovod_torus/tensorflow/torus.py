@@ -74,9 +74,12 @@ class TorusAllreduce:
             transport instead of the three phases (0: always the torus); per transport in
             :attr:`crossover` (``init`` resolves ``"auto"`` with :meth:`resolve_crossover`).
         torus_comm: the :class:`horovod_torus.mpi.TorusComm` (None when Horovod has no MPI controller).
+
+    ``guard`` (an argument only): the Horovod transport's deadline,
+    :class:`horovod_torus.tensorflow.guard.ExchangeGuard` (None: none).
     """
 
-    def __init__(self, process_sets, transport: str, torus_comm=None, min_torus_bytes: int = 0):
+    def __init__(self, process_sets, transport: str, torus_comm=None, min_torus_bytes: int = 0, guard=None):
         if transport not in TRANSPORTS:
             raise ValueError(f"transport={transport!r}: choose one of {', '.join(TRANSPORTS)}")
         if transport == "mpi" and torus_comm is None:
@@ -94,7 +97,7 @@ class TorusAllreduce:
         self._pending_crossover = None  # (cache_dir, launcher): "auto" still to resolve at the first call
         # init must not start TensorFlow's runtime (users pin GPUs after hvd.init, as with Horovod): the
         # Horovod transport creates its call counter variable at its first call.
-        self._horovod = HorovodTransport(process_sets)
+        self._horovod = HorovodTransport(process_sets, guard=guard)
 
     def __repr__(self) -> str:
         return (f"TorusAllreduce(grid={self.grid}, rank={self.rank}, transport={self.transport!r}, "
@@ -124,11 +127,11 @@ class TorusAllreduce:
 
     def column_algorithm(self, nbytes: int, transport: str | None = None) -> str:
         """Phase 2's algorithm for a fused buffer of ``nbytes`` bytes: on the MPI transport
-        :meth:`horovod_torus.mpi.TorusComm.column_algorithm`; on the Horovod transport ``"hvd.allreduce"``
+        :meth:`horovod_torus.mpi.TorusComm.algorithm_for`; on the Horovod transport ``"hvd.allreduce"``
         (Horovod's all-reduce on the column's process set: its controller picks the algorithm);
         ``"none"`` for a grid of one row."""
         if (transport or self.transport) == "mpi":
-            return self.torus_comm.column_algorithm(nbytes)
+            return self.torus_comm.algorithm_for(nbytes) or "none"
         return "none" if self.grid.y == 1 else "hvd.allreduce"
 
     def calibrate(self, sizes=crossover.DEFAULT_SIZES, rounds: int = crossover.ROUNDS,
@@ -168,7 +171,8 @@ class TorusAllreduce:
             return self.crossover
         hosts = crossover.host_runs(_hvd.allgather_object(socket.gethostname(), name="horovod_torus_hosts"))
         for t in self.transports():
-            variant = f"column_ring={int(self.torus_comm.column_ring)}" if t == "mpi" else ""
+            tc = self.torus_comm
+            variant = f"column={tc.column_algorithm};model={tc.column_model.source}" if t == "mpi" else ""
             key = crossover.CrossoverKey(world_size=self.grid.size, grid=str(self.grid), launcher=launcher,
                                          hosts=hosts, transport=t, variant=variant, version=__version__)
             value, source = crossover.resolve(

@@ -4,10 +4,12 @@
   row and column process sets registered at init (``hvd.reducescatter``, or under Horovod's Gloo
   controller ``hvd.alltoall`` + a local sum; ``hvd.allreduce``; ``hvd.allgather``): every Horovod backend
   (MPI and Gloo on CPU, NCCL on GPU), eager and in ``tf.function``. The signature is checked on the global
-  set first (one ``hvd.allreduce`` with Max of the words and their negations; an ``hvd.allgather`` of
-  the words only when they differ, inside a ``tf.cond`` every rank takes the same way); phase 1 (or the flat all-reduce, Horovod's own call on the
-  global set) waits for that comparison, so no data moves before the ranks agree, and no two process
-  sets of one call ever have operations in flight at once.
+  set first (:meth:`HorovodTransport.exchange`: one ``hvd.allreduce`` with Max of the words and their
+  negations; an ``hvd.allgather`` of the words only when they differ), eagerly, under the stall deadline
+  of :class:`horovod_torus.tensorflow.guard.ExchangeGuard` (inside ``tf.function`` through one stateful
+  ``tf.py_function``, in program order); phase 1 (or the flat all-reduce, Horovod's own call on the
+  global set) waits for that check, so no data moves before the ranks agree, and no two process sets of
+  one call ever have operations in flight at once.
 * :func:`mpi_allreduce_op` runs :func:`horovod_torus.phases.allreduce_buffer` on a
   :class:`horovod_torus.mpi.TorusComm` inside ONE stateful ``tf.numpy_function`` (CPU tensors under
   Horovod's MPI controller): no Horovod negotiation on the data path. Being stateful, the calls run in
@@ -17,7 +19,9 @@ When the ranks disagree both raise :class:`TorusMismatchTFError` eagerly: a
 ``tf.errors.FailedPreconditionError`` (Horovod's type for mismatched collectives) that is also a
 :class:`horovod_torus.signature.TorusMismatchError` (a ValueError). Inside ``tf.function`` TensorFlow's
 py-function boundary keeps only the ValueError's code: there it surfaces as
-``tf.errors.InvalidArgumentError`` with the same message.
+``tf.errors.InvalidArgumentError`` with the same message. A stall (or a rank that left) raises
+:class:`TorusStallTFError` eagerly, :class:`TorusStallGraphError` inside ``tf.function`` (seen there as
+``tf.errors.InvalidArgumentError``).
 """
 from __future__ import annotations
 
@@ -27,11 +31,13 @@ import tensorflow as tf
 
 from horovod_torus.fusion import shard_counts
 from horovod_torus.phases import allreduce_buffer
-from horovod_torus.signature import FIELDS, CallSignature, TorusMismatchError, compare
-from horovod_torus.stall import TorusStallError
+from horovod_torus.signature import (FIELDS, CallSignature, TorusMismatchError, compare, disagreeing, extremes,
+                                     leaving)
+from horovod_torus.stall import TorusStallError, last_stop, left_error
 from horovod_torus.tensorflow.ops import horovod_allreduce
 
-__all__ = ["HorovodTransport", "mpi_allreduce_op", "as_tf_error", "TorusMismatchTFError", "TorusStallTFError"]
+__all__ = ["HorovodTransport", "mpi_allreduce_op", "as_tf_error", "TorusMismatchTFError", "TorusStallTFError",
+           "TorusStallGraphError"]
 
 
 class TorusMismatchTFError(tf.errors.FailedPreconditionError, TorusMismatchError):
@@ -52,6 +58,13 @@ class TorusStallTFError(tf.errors.DeadlineExceededError, TorusStallError):
         self.call, self.name, self.missing, self.deadline = exc.call, exc.name, exc.missing, exc.deadline
 
 
+class TorusStallGraphError(TorusStallTFError, ValueError):
+    """A stalled torus call raised inside a py-function of a ``tf.function`` graph: being a ValueError,
+    TensorFlow's py-function boundary turns it into ``tf.errors.InvalidArgumentError`` with its message
+    (an UnknownError otherwise, which ``horovod.tensorflow.elastic.run`` swallows unless it names a Horovod
+    op, then takes for a lost rank: a stall must end the run instead)."""
+
+
 def as_tf_error(exc: TorusMismatchError) -> TorusMismatchTFError:
     """The TensorFlow form of a mismatch."""
     return TorusMismatchTFError(str(exc), exc.fields)
@@ -63,10 +76,12 @@ class HorovodTransport:
     Args:
         sets: the :class:`horovod_torus.process_sets.TorusProcessSets` registered at init.
         name: prefix of the Horovod op names (None: Horovod's automatic names).
+        guard: the :class:`horovod_torus.tensorflow.guard.ExchangeGuard` (the deadline) or None.
     """
 
-    def __init__(self, sets, name: str | None = None):
+    def __init__(self, sets, name: str | None = None, guard=None):
         self.sets, self.grid, self.rank = sets, sets.grid, sets.rank
+        self.guard = guard
         self._counter_var = None
         self._static_calls = 0
         self._name = name
@@ -95,21 +110,88 @@ class HorovodTransport:
                 call = self._counter.assign_add(1)
             static = tf.constant(signature.words(0)[1:], tf.int64)
             words = tf.concat([tf.reshape(call, [1]), static], axis=0)
-            k = len(FIELDS)
-            reduced = _hvd.allreduce(tf.concat([words, -words], axis=0), op=_hvd.Max, name=self._op_name("sig"))
-            agreed = tf.reduce_all(tf.equal(reduced[:k], -reduced[k:]))
-            gathered = tf.cond(agreed, lambda: tf.zeros([0, k], tf.int64),
-                               lambda: _hvd.allgather(tf.reshape(words, [1, k]), name=self._op_name("sig_all")))
+            if _in_tf1_graph():
+                return self._verify_in_session_graph(words, signature)
+            if tf.executing_eagerly():
+                self.exchange(words.numpy(), signature)
+                return None
 
-            def check(rows):
-                if rows.shape[0]:  # the words differ: name each rank's value
-                    try:
-                        compare(rows, signature)
-                    except TorusMismatchError as exc:
-                        raise as_tf_error(exc) from None
-                return np.int64(0)
+            def run(w):
+                try:
+                    self.exchange(w.numpy(), signature)
+                except TorusStallTFError as exc:
+                    raise TorusStallGraphError(exc) from None
+                return tf.constant(0, tf.int64)
 
-            return tf.numpy_function(check, [gathered], tf.int64, stateful=True, name="TorusSignatureCheck")
+            # Stateful: in program order inside tf.function, so every rank exchanges its calls in order.
+            return tf.py_function(run, [words], tf.int64, name="TorusSignatureCheck")
+
+    def _verify_in_session_graph(self, words, signature):
+        """The same check as graph ops, for TF1 Session graphs: there stateful ops are not ordered (no
+        automatic control dependencies), so eager exchanges (which Horovod names alike) could overlap;
+        named graph ops pair by name instead. No deadline here (Horovod's own stall handling)."""
+        k = len(FIELDS)
+        reduced = _hvd.allreduce(tf.concat([words, -words], axis=0), op=_hvd.Max, name=self._op_name("sig"))
+        agreed = tf.reduce_all(tf.equal(reduced[:k], -reduced[k:]))
+        gathered = tf.cond(agreed, lambda: tf.zeros([0, k], tf.int64),
+                           lambda: _hvd.allgather(tf.reshape(words, [1, k]), name=self._op_name("sig_all")))
+
+        def check(rows):
+            if rows.shape[0]:  # the words differ: name each rank's value
+                try:
+                    compare(rows, signature)
+                except TorusMismatchError as exc:
+                    raise as_tf_error(exc) from None
+            return np.int64(0)
+
+        return tf.numpy_function(check, [gathered], tf.int64, stateful=True, name="TorusSignatureCheck")
+
+    def calls(self) -> int:
+        """The torus calls this transport has numbered so far."""
+        return self._static_calls if self._counter_var is None else int(self._counter_var.numpy())
+
+    def exchange(self, words: np.ndarray, signature: CallSignature) -> None:
+        """The signature check of one call, eagerly, under the deadline: ONE ``hvd.allreduce`` (Max) of the
+        words and their negations on the global set, and only when they differ an ``hvd.allgather`` of the
+        words, compared by :func:`horovod_torus.signature.compare` (each rank's value named).
+
+        Raises (in their TensorFlow forms): :class:`TorusStallTFError` past the deadline or when another
+        rank left the torus (:data:`horovod_torus.signature.EXIT_SIGNATURE`); :class:`TorusMismatchTFError`
+        when the words differ."""
+        words = np.asarray(words, np.int64)
+
+        def collect():
+            with tf.device("/cpu:0"):
+                reduced = _hvd.allreduce(tf.constant(extremes(words)), op=_hvd.Max).numpy()
+                if not disagreeing(reduced):
+                    return None
+                return _hvd.allgather(tf.constant(words.reshape(1, -1))).numpy()
+
+        try:
+            rows = collect() if self.guard is None else self.guard.run(int(words[0]), signature.name, collect)
+            if rows is None:
+                return
+            left = leaving(rows)
+            if left and len(left) < len(rows):
+                raise self._left_error(rows, left)
+            compare(rows, signature)
+        except TorusStallError as exc:
+            if self.guard is not None:
+                self.guard.stall = exc
+            raise TorusStallTFError(exc) from None
+        except TorusMismatchError as exc:
+            raise as_tf_error(exc) from None
+
+    def _left_error(self, rows, left) -> TorusStallError:
+        """Some ranks exchanged the exit signature while the others made a torus call: the leaving rank
+        tells the others why it left (the channel's note), the others wait briefly for that note."""
+        staying = [r for r in range(len(rows)) if r not in left]
+        if self.rank in left:
+            if self.guard is not None and last_stop():
+                self.guard.publish_note(f"it stopped training: {last_stop()}", staying)
+            return left_error(rows, left, self.rank, self.grid)
+        why = self.guard.notes(left) if self.guard is not None else ""
+        return left_error(rows, left, self.rank, self.grid, why)
 
     def reduce_scatter(self, buf, op):
         _sum_only(op)
@@ -182,6 +264,8 @@ def mpi_allreduce_op(tc, buf: tf.Tensor, signature: CallSignature, prescale: flo
     Returns:
         A tensor like ``buf``.
     """
+    stall_form = TorusStallTFError if tf.executing_eagerly() else TorusStallGraphError
+
     def fn(a):
         try:
             with tc.watch(signature.name):
@@ -189,7 +273,7 @@ def mpi_allreduce_op(tc, buf: tf.Tensor, signature: CallSignature, prescale: flo
         except TorusMismatchError as exc:
             raise as_tf_error(exc) from None
         except TorusStallError as exc:
-            raise TorusStallTFError(exc) from None
+            raise stall_form(exc) from None
 
     with tf.device("/cpu:0"):
         out = tf.numpy_function(fn, [buf], buf.dtype, stateful=True, name="TorusAllreduceMPI")

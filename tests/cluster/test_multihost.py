@@ -73,13 +73,16 @@ def test_repeated_torus_calls_are_exact(hvd):
 
 
 def test_mpi_transport_runs_the_column_as_a_ring(hvd):
-    """Under mpirun the torus' MPI transport sees columns whose ranks are all on different nodes and runs
-    phase 2 as a ring (HOROVOD_TORUS_COLUMN_RING=auto); the results above were checked with it."""
+    """Under mpirun the torus' MPI transport sees columns whose ranks are all on different nodes, takes the
+    across-nodes column model, and with HOROVOD_TORUS_COLUMN_ALGORITHM=auto runs phase 2 of an 8 MiB
+    buffer as a ring; the results above were checked with it."""
+    from horovod_torus.columns import ACROSS_NODES
     from horovod_torus.tensorflow.runtime import torus_comm, transport
 
     if transport() != "mpi":
         pytest.skip("the Horovod-ops transport (Gloo) has no MPI column communicator")
-    assert torus_comm().column_ring is True
+    tc = torus_comm()
+    assert tc.column_model == ACROSS_NODES and tc.algorithm_for(8 << 20) == "ring"
 
 
 def _tx_bytes(nic):

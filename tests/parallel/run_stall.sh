@@ -1,39 +1,71 @@
 #!/usr/bin/env bash
-# Stalls on the mpi transport end with a Python exception on every waiting rank, never a hang:
-#  1. numpy API: rank 3 skips a torus call; ranks 0-2 must raise TorusStallError within the deadline + 10 s
-#     (10 s here) naming call 3 and rank 3, and run their cleanup;
-#  2. Keras: TerminateOnNaN stops rank 0 only (no StopTogetherCallback); ranks 1-3 must get fit's error naming
-#     rank 0 within the deadline + 10 s, and their finally blocks must run.
-# In both, mpirun must exit non-zero (MPI_Abort at exit ends the rank that left). Prints "stall: 2 passed".
+# Stalls end with a Python exception on every waiting rank, never a hang, on both transports (10 s deadline):
+#  1. mpirun, mpi transport, numpy API: rank 3 skips a torus call; ranks 0-2 must raise TorusStallError within
+#     the deadline + 10 s naming call 3 and rank 3, and run their cleanup;
+#  2. mpirun, mpi transport, Keras: TerminateOnNaN stops rank 0 only (no StopTogetherCallback); ranks 1-3 must
+#     get fit's error naming rank 0 within the deadline + 10 s, and their finally blocks must run;
+#  3. horovodrun --gloo, horovod transport, eager: as 1; and rank 3, which skipped the call, must exit with
+#     status 1 saying so (its line in the launcher's log);
+#  4. the same inside tf.function;
+#  5. horovodrun --gloo, horovod transport, Keras: as 2; rank 0 reaches its exit, where the exit signature
+#     makes ranks 1-3 raise at once naming rank 0 and keras.callbacks.TerminateOnNaN, and rank 0 must exit
+#     with status 1 naming the callback;
+#  6. mpirun, mpi transport, Keras, rank 0 going on to its exit: as 5 (the waiting ranks name rank 0; rank 0's
+#     own line names the callback);
+#  7. mpirun, horovod transport (the MPI roll-call channel): as 3;
+#  8. mpirun, numpy API, column_algorithm="tree": rank 3 stops inside the column phase (after the call's
+#     check); ranks 0-2, blocked in the tree's point-to-point steps, must raise TorusStallError naming rank 3.
+# Every launcher must exit non-zero. Per-rank results come from STALL_DIR/rank<R>.txt (the launcher's output
+# interleaves), checked against the expected count. Prints "stall: N passed".
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 PYTHON="${PYTHON:-$PWD/.venv/bin/python}"
+export PATH="$(dirname "$PYTHON"):$PATH" TF_CPP_MIN_LOG_LEVEL=2
 source mpi_scripts/launcher.sh
-passed=0
+passed=0 cases=0
 
-# run_case SCRIPT OK_REGEX OK_COUNT FINALLY_REGEX FINALLY_COUNT
+# run_case LAUNCHER SCRIPT OK_REGEX OK_COUNT FINALLY_REGEX FINALLY_COUNT LOG_REGEX LOG_COUNT [NAME=VALUE...]
 run_case() {
-  local script=$1 ok_re=$2 ok_n=$3 fin_re=$4 fin_n=$5 log dir start rc took ok fin
+  local launcher=$1 script=$2 ok_re=$3 ok_n=$4 fin_re=$5 fin_n=$6 log_re=$7 log_n=$8 log dir start rc took ok fin said
+  shift 8
+  local xs=(); for kv in "$@"; do xs+=(-x "$kv"); done
+  cases=$((cases + 1))
   log=$(mktemp /tmp/horovod-torus-stall.XXXXXX); dir=$(mktemp -d /tmp/horovod-torus-stall.XXXXXX)
-  launcher_command cmd mpirun --local --np 4 -x HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=10 -x PYTHONPATH="$PWD" \
-    -x HOROVOD_TORUS_MIN_BYTES=0 \
-    -x STALL_DIR="$dir" -- "$PYTHON" "$script"
+  launcher_command cmd "$launcher" --local --np 4 -x HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=10 -x PYTHONPATH="$PWD" \
+    -x STALL_DIR="$dir" -x TF_CPP_MIN_LOG_LEVEL=2 -x HOROVOD_TORUS_MIN_BYTES=0 "${xs[@]}" -- "$PYTHON" "$script"
   start=$(date +%s)
   timeout 120 "${cmd[@]}" > "$log" 2>&1 < /dev/null
   rc=$?; took=$(( $(date +%s) - start ))
   cat "$dir"/rank*.txt > "$dir/all" 2>/dev/null   # one file per rank: the launcher's output interleaves
-  ok=$(grep -cE "$ok_re" "$dir/all"); fin=$(grep -cE "$fin_re" "$dir/all")
+  ok=$(grep -cE "$ok_re" "$dir/all"); fin=$(grep -cE "$fin_re" "$dir/all"); said=$(grep -cE "$log_re" "$log")
   if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$ok" -eq "$ok_n" ] && [ "$fin" -eq "$fin_n" ] \
-     && ! grep -qE "^(KERAS )?STALL WRONG" "$dir/all" && [ "$took" -lt 100 ]; then
+     && [ "$said" -ge "$log_n" ] && ! grep -qE "^(KERAS |COLUMN )?STALL WRONG" "$dir/all" && [ "$took" -lt 100 ]; then
     passed=$((passed + 1))
-    echo "   $script: passed (mpirun exit $rc after ${took} s; $(grep -m1 -E "$ok_re" "$dir/all" | cut -c1-120))"
+    echo "   $launcher $script $*: passed ($launcher exit $rc after ${took} s; $(grep -m1 -E "$ok_re" "$dir/all" | cut -c1-110))"
   else
-    echo "   $script: FAILED (exit $rc after ${took} s, $ok/$ok_n raised, $fin/$fin_n cleaned up), log $log"
-    tail -20 "$log"
+    echo "   $launcher $script $*: FAILED (exit $rc after ${took} s, $ok/$ok_n raised, $fin/$fin_n cleaned up," \
+         "$said/$log_n exit lines), log $log"
+    cat "$dir/all" 2>/dev/null | cut -c1-300; tail -20 "$log"
   fi
 }
 
-run_case tests/parallel/test_stall_mpi.py "^STALL OK rank [012] call 3 missing \[3\]" 3 "^CLEANUP rank [012]" 3
-run_case tests/parallel/test_stall_keras.py "^KERAS STALL OK rank [123]" 3 "^FINALLY rank [0123]" 4
-echo "stall: $passed passed"
-[ "$passed" -eq 2 ]
+skipped='rank 3 exits with status 1: it made 2 torus calls while the other ranks waited in call 3'
+run_case mpirun tests/parallel/test_stall_mpi.py "^STALL OK rank [012] call 3 missing \[3\]" 3 "^CLEANUP rank [012]" 3 \
+  "MPI_Abort" 1
+run_case mpirun tests/parallel/test_stall_keras.py "^KERAS STALL OK rank [123]" 3 "^FINALLY rank [0123]" 4 "MPI_Abort" 1
+run_case horovodrun tests/parallel/test_stall_horovod.py "^STALL OK rank [012] TorusStallTFError call 3 missing \[3\]" 3 \
+  "^CLEANUP rank [012]" 3 "$skipped" 1
+run_case horovodrun tests/parallel/test_stall_horovod.py "^STALL OK rank [012] InvalidArgumentError call 3 missing \[3\]" 3 \
+  "^CLEANUP rank [012]" 3 "$skipped" 1 STALL_GRAPH=1
+run_case horovodrun tests/parallel/test_stall_keras.py "^KERAS STALL OK rank [123]" 3 "^FINALLY rank [0123]" 4 \
+  "rank 0 exits with status 1: .*left the torus.*keras.callbacks.TerminateOnNaN set model.stop_training" 1 \
+  STALL_TRANSPORT=horovod
+run_case mpirun tests/parallel/test_stall_keras.py "^KERAS STALL OK rank [123]" 3 "^FINALLY rank [0123]" 4 \
+  "rank 0 exits with status 1: .*left the torus.*keras.callbacks.TerminateOnNaN set model.stop_training" 1 \
+  STALL_EARLY=exit
+run_case mpirun tests/parallel/test_stall_horovod.py "^STALL OK rank [012] TorusStallTFError call 3 missing \[3\]" 3 \
+  "^CLEANUP rank [012]" 3 "$skipped" 1
+run_case mpirun tests/parallel/test_stall_column.py "^COLUMN STALL OK rank [012] call 2 missing \[3\]" 3 \
+  "^COLUMN CLEANUP rank [012]" 3 "MPI_Abort" 1
+echo "stall: $passed passed, $((cases - passed)) failed"
+[ "$passed" -eq "$cases" ]

@@ -29,11 +29,18 @@ def _key(transport, variant=""):
                                   variant=variant, version=__version__)
 
 
+def _mpi_variant():
+    """The MPI transport's variant of the key on one host: the column setting and the on-node model."""
+    from horovod_torus.columns import ON_NODE
+
+    return f"column={os.environ.get('HOROVOD_TORUS_COLUMN_ALGORITHM', 'auto')};model={ON_NODE.source}"
+
+
 def _prepare():
     """Cache files of CROSSOVER for the TensorFlow transports of this launch (one host: the ranks' hosts
-    are this one; the MPI transport's column is MPI_Allreduce on one host)."""
+    are this one; the MPI transport's column model is the on-node one)."""
     fixed = crossover.Calibration(CROSSOVER, {CROSSOVER: 0.5}, 1, 1, 0.0)
-    for transport, variant in (("horovod", ""), ("mpi", "column_ring=0")):
+    for transport, variant in (("horovod", ""), ("mpi", _mpi_variant())):
         crossover.write_cache(CACHE, _key(transport, variant), fixed)
     os.environ["HOROVOD_TORUS_CACHE_DIR"] = CACHE
 
@@ -156,7 +163,7 @@ def test_numpy_api_default_picks_flat_below_and_torus_above(hvd, mpi_world, tmp_
 
     comm, rank, size = mpi_world, mpi_world.Get_rank(), mpi_world.Get_size()
     directory = str(tmp_path)
-    crossover.write_cache(directory, _key("numpy", "column_ring=0"), crossover.Calibration(CROSSOVER, {}, 1, 1, 0.0))
+    crossover.write_cache(directory, _key("numpy", _mpi_variant()), crossover.Calibration(CROSSOVER, {}, 1, 1, 0.0))
     with TorusComm.create(comm, cache_dir=directory) as tc:
         assert (tc.min_torus_bytes, tc.crossover_source) == (CROSSOVER, "cache")
         spy = Spy(tc)

@@ -30,6 +30,7 @@ def _fails_everywhere(match, **kwargs):
 
 @pytest.mark.parametrize("var, value", [("HOROVOD_TORUS_GRID", "4x1"), ("HOROVOD_TORUS_TRANSPORT", "horovod"),
                                         ("HOROVOD_TORUS_BACKEND", "horovod"), ("HOROVOD_TORUS_COLUMN_RING", "1"),
+                                        ("HOROVOD_TORUS_COLUMN_ALGORITHM", "tree"),
                                         ("HOROVOD_TORUS_GRID", "3x3")])
 def test_env_var_on_one_rank_only_fails_on_every_rank(var, value):
     old = os.environ.get(var)

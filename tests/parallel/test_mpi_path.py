@@ -95,8 +95,9 @@ def test_float16_small_and_max_op():
 
 @pytest.mark.parametrize("op", [MPI.SUM, MPI.MAX, MPI.MIN])
 def test_large_buffers_every_op_match_mpi_allreduce(op):
-    """Rings in phases 1 and 3, and in phase 2 when the column ring is on (HOROVOD_TORUS_COLUMN_RING=1
-    launches), for every op, against MPI_Allreduce bit for bit (small integers: exact)."""
+    """Rings in phases 1 and 3, and in phase 2 the column algorithm of the launch (HOROVOD_TORUS_COLUMN_RING=1,
+    HOROVOD_TORUS_COLUMN_ALGORITHM=... launches), for every op, against MPI_Allreduce bit for bit (small
+    integers: exact)."""
     rank = COMM.Get_rank()
     send = ((np.arange(300_001) % 7) * (rank + 1) - rank).astype(np.float64)
     out = torus_allreduce(COMM, send, op=op)
@@ -106,24 +107,34 @@ def test_large_buffers_every_op_match_mpi_allreduce(op):
 
 
 def test_column_algorithm_follows_the_setting():
-    """HOROVOD_TORUS_COLUMN_RING: 1 -> ring, 0 -> MPI_Allreduce, auto -> ring only when the column's ranks
-    are all on different nodes (never on this one-host launch)."""
+    """HOROVOD_TORUS_COLUMN_ALGORITHM (or the deprecated HOROVOD_TORUS_COLUMN_RING: 1 -> ring, 0 -> mpi) sets
+    the column algorithm; auto asks the on-node model on this one-host launch."""
     import os
 
-    setting = os.environ.get("HOROVOD_TORUS_COLUMN_RING", "auto")
+    from horovod_torus.columns import ON_NODE
+
+    setting = os.environ.get("HOROVOD_TORUS_COLUMN_ALGORITHM") or {"1": "ring", "0": "mpi"}.get(
+        os.environ.get("HOROVOD_TORUS_COLUMN_RING", "auto"), "auto")
     with TorusComm.create(COMM) as tc:
-        assert tc.column_ring == {"1": True, "0": False, "auto": False}[setting]
+        assert tc.column_algorithm == setting and tc.column_model == ON_NODE
+        chosen = tc.algorithm_for(1 << 20)
+        if tc.grid.y == 1:
+            assert chosen == ""
+        else:
+            assert chosen == (setting if setting != "auto" else ON_NODE.choose(tc.grid.y, -(-(1 << 20) // tc.grid.x)))
 
 
-def test_column_ring_setting_must_agree_and_be_valid(monkeypatch):
+def test_column_algorithm_setting_must_agree_and_be_valid(monkeypatch):
     rank = COMM.Get_rank()
-    monkeypatch.setenv("HOROVOD_TORUS_COLUMN_RING", "1" if rank == 0 else "0")
-    with pytest.raises(ValueError, match=r"column_ring: rank 0 '1', rank 1 '0'"):
+    monkeypatch.delenv("HOROVOD_TORUS_COLUMN_RING", raising=False)
+    monkeypatch.setenv("HOROVOD_TORUS_COLUMN_ALGORITHM", "ring" if rank == 0 else "tree")
+    with pytest.raises(ValueError, match=r"column_algorithm: rank 0 'ring', rank 1 'tree'"):
         TorusComm.create(COMM)
-    monkeypatch.setenv("HOROVOD_TORUS_COLUMN_RING", "sometimes")
-    with pytest.raises(ValueError, match=r"HOROVOD_TORUS_COLUMN_RING='sometimes' must be one of auto, 1, 0"):
+    monkeypatch.setenv("HOROVOD_TORUS_COLUMN_ALGORITHM", "sometimes")
+    with pytest.raises(ValueError, match=r"HOROVOD_TORUS_COLUMN_ALGORITHM='sometimes' is not a column algorithm"):
         TorusComm.create(COMM)
-    if rank == 1:  # a bad value on one rank only: every rank raises, none waits
+    monkeypatch.delenv("HOROVOD_TORUS_COLUMN_ALGORITHM")
+    if rank == 1:  # a bad value of the deprecated variable on one rank only: every rank raises, none waits
         monkeypatch.setenv("HOROVOD_TORUS_COLUMN_RING", "maybe")
     else:
         monkeypatch.setenv("HOROVOD_TORUS_COLUMN_RING", "auto")

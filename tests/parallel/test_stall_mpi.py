@@ -6,12 +6,7 @@ import os
 import sys
 import time
 
-
-def report(rank, line):
-    """One result line: printed, and appended to STALL_DIR/rank<R>.txt (launcher output interleaves)."""
-    print(line, flush=True)
-    with open(os.path.join(os.environ.get("STALL_DIR", "/tmp"), f"rank{rank}.txt"), "a") as fh:
-        fh.write(line + "\n")
+from stall_report import report  # this script's directory is on sys.path
 
 import numpy as np
 from mpi4py import MPI

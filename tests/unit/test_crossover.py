@@ -18,7 +18,7 @@ from horovod_torus.inprocess import run_ranks
 
 def key(**changes):
     base = dict(world_size=4, grid="2x2", launcher="mpirun", hosts=(("vm", 4),), transport="mpi",
-                variant="column_ring=0", version="0.1.0")
+                variant="column=mpi", version="0.1.0")
     return CrossoverKey(**{**base, **changes})
 
 
@@ -33,7 +33,7 @@ def test_host_runs_keep_rank_order():
 
 @pytest.mark.parametrize("field, value", [
     ("world_size", 8), ("grid", "4x1"), ("launcher", "horovodrun"), ("hosts", (("vm", 2), ("vm2", 2))),
-    ("hosts", (("vm2", 2), ("vm", 2))), ("transport", "horovod"), ("variant", "column_ring=1"), ("version", "0.2.0"),
+    ("hosts", (("vm2", 2), ("vm", 2))), ("transport", "horovod"), ("variant", "column=ring"), ("version", "0.2.0"),
 ])
 def test_every_part_of_the_key_changes_the_file(field, value):
     assert key().digest() == key().digest()
@@ -235,21 +235,13 @@ def test_show_lists_the_cache_and_the_cli_prints_it(tmp_path, capsys):
     assert "crossover-bad.json: Expecting" in out
 
 
-def test_numpy_api_algorithm_and_column_algorithm_follow_the_settings():
-    """TorusComm.algorithm: flat strictly below min_torus_bytes; column_algorithm: the Sendrecv ring for
-    shards from RING_MIN_BYTES when column_ring is on, MPI_Allreduce otherwise, none on one row."""
+def test_numpy_api_algorithm_follows_min_torus_bytes():
+    """TorusComm.algorithm: the flat call strictly below min_torus_bytes, the torus from it; 0: always."""
     from types import SimpleNamespace
 
-    from horovod_torus.mpi import RING_MIN_BYTES, TorusComm
-    from horovod_torus.topology import TorusTopology
+    from horovod_torus.mpi import TorusComm
 
-    tc = SimpleNamespace(min_torus_bytes=65536, grid=TorusTopology(2, 2), column_ring=True)
+    tc = SimpleNamespace(min_torus_bytes=65536)
     assert [TorusComm.algorithm(tc, n) for n in (0, 65535, 65536)] == ["flat", "flat", "torus"]
     tc.min_torus_bytes = 0
     assert TorusComm.algorithm(tc, 0) == "torus"
-    assert TorusComm.column_algorithm(tc, 2 * RING_MIN_BYTES) == "ring"          # shard = RING_MIN_BYTES
-    assert TorusComm.column_algorithm(tc, 2 * RING_MIN_BYTES - 2) == "MPI_Allreduce"
-    tc.column_ring = False
-    assert TorusComm.column_algorithm(tc, 1 << 30) == "MPI_Allreduce"
-    tc.grid = TorusTopology(4, 1)
-    assert TorusComm.column_algorithm(tc, 1 << 30) == "none"

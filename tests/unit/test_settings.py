@@ -12,10 +12,11 @@ def resolve(environ=None, size=4, local_size=4, **kwargs):
 
 def test_defaults():
     s = resolve(size=8, local_size=4)
-    assert s == TorusSettings(grid=TorusTopology(4, 2), transport="auto", min_torus_bytes="auto", column_ring=None,
-                              stall_seconds=DEFAULT_STALL_SECONDS, cache_dir="~/.cache/horovod_torus")
+    assert s == TorusSettings(grid=TorusTopology(4, 2), transport="auto", min_torus_bytes="auto",
+                              column_algorithm="auto", stall_seconds=DEFAULT_STALL_SECONDS,
+                              cache_dir="~/.cache/horovod_torus")
     assert DEFAULT_CACHE_DIR == "~/.cache/horovod_torus"
-    assert s.agreement() == {"grid": "4x2", "transport": "auto", "min_torus_bytes": "auto", "column_ring": "auto",
+    assert s.agreement() == {"grid": "4x2", "transport": "auto", "min_torus_bytes": "auto", "column_algorithm": "auto",
                              "stall_seconds": 300.0}
 
 
@@ -36,18 +37,19 @@ def test_cache_dir_from_argument_variable_or_off():
 
 def test_variables_are_read_when_no_argument_is_given():
     env = {"HOROVOD_TORUS_GRID": "1x4", "HOROVOD_TORUS_TRANSPORT": "horovod", "HOROVOD_TORUS_MIN_BYTES": "4096",
-           "HOROVOD_TORUS_COLUMN_RING": "1", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "45"}
+           "HOROVOD_TORUS_COLUMN_ALGORITHM": "Tree", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "45"}
     s = resolve(env)
-    assert (s.grid, s.transport, s.min_torus_bytes, s.column_ring, s.stall_seconds) == (
-        TorusTopology(1, 4), "horovod", 4096, True, 45.0)
+    assert (s.grid, s.transport, s.min_torus_bytes, s.column_algorithm, s.stall_seconds) == (
+        TorusTopology(1, 4), "horovod", 4096, "tree", 45.0)
 
 
 def test_an_argument_wins_over_its_variable():
-    env = {"HOROVOD_TORUS_GRID": "1x4", "HOROVOD_TORUS_TRANSPORT": "horovod", "HOROVOD_TORUS_COLUMN_RING": "1",
+    env = {"HOROVOD_TORUS_GRID": "1x4", "HOROVOD_TORUS_TRANSPORT": "horovod", "HOROVOD_TORUS_COLUMN_ALGORITHM": "ring",
            "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "45"}
-    s = resolve(env, grid="2x2", transport="mpi", min_torus_bytes="auto", column_ring=False, stall_seconds=0)
-    assert (s.grid, s.transport, s.min_torus_bytes, s.column_ring, s.stall_seconds) == (
-        TorusTopology(2, 2), "mpi", "auto", False, None)
+    s = resolve(env, grid="2x2", transport="mpi", min_torus_bytes="auto", column_algorithm="halving-doubling",
+                stall_seconds=0)
+    assert (s.grid, s.transport, s.min_torus_bytes, s.column_algorithm, s.stall_seconds) == (
+        TorusTopology(2, 2), "mpi", "auto", "halving-doubling", None)
 
 
 def test_deprecated_backend_variable_is_an_alias_of_transport():
@@ -56,13 +58,36 @@ def test_deprecated_backend_variable_is_an_alias_of_transport():
     assert resolve({"HOROVOD_TORUS_BACKEND": "mpi", "HOROVOD_TORUS_TRANSPORT": "horovod"}).transport == "horovod"
 
 
+@pytest.mark.parametrize("value, want", [("1", "ring"), ("0", "mpi"), ("AUTO", "auto")])
+def test_deprecated_column_ring_variable_is_an_alias_of_the_column_algorithm(value, want):
+    with pytest.warns(DeprecationWarning, match="HOROVOD_TORUS_COLUMN_RING is deprecated: export "
+                                                "HOROVOD_TORUS_COLUMN_ALGORITHM"):
+        assert resolve({"HOROVOD_TORUS_COLUMN_RING": value}).column_algorithm == want
+    both = {"HOROVOD_TORUS_COLUMN_RING": value, "HOROVOD_TORUS_COLUMN_ALGORITHM": "tree"}
+    assert resolve(both).column_algorithm == "tree"  # the new variable wins, without a warning
+
+
+@pytest.mark.parametrize("argument, want", [(True, "ring"), (False, "mpi"), ("auto", "auto"), ("1", "ring")])
+def test_deprecated_column_ring_argument_is_an_alias_of_the_column_algorithm(argument, want):
+    with pytest.warns(DeprecationWarning, match="column_ring= is deprecated: pass column_algorithm="):
+        assert resolve(column_ring=argument).column_algorithm == want
+
+
+def test_column_ring_and_column_algorithm_arguments_must_not_disagree():
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="column_ring=True and "
+                                                                           "column_algorithm='tree' disagree"):
+        resolve(column_ring=True, column_algorithm="tree")
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="column_ring='often' must be one of"):
+        resolve(column_ring="often")
+
+
 def test_fields_limit_the_variables_read():
-    """The numpy API reads grid, column_ring and stall_seconds only: a bad transport variable is not its
+    """The numpy API reads grid, column_algorithm and stall_seconds only: a bad transport variable is not its
     business."""
     env = {"HOROVOD_TORUS_TRANSPORT": "nccl", "HOROVOD_TORUS_MIN_BYTES": "lots", "HOROVOD_TORUS_GRID": "1x4",
-           "HOROVOD_TORUS_COLUMN_RING": "0"}
-    s = resolve(env, fields=("grid", "column_ring", "stall_seconds"))
-    assert (s.grid, s.transport, s.min_torus_bytes, s.column_ring) == (TorusTopology(1, 4), "auto", "auto", False)
+           "HOROVOD_TORUS_COLUMN_ALGORITHM": "mpi"}
+    s = resolve(env, fields=("grid", "column_algorithm", "stall_seconds"))
+    assert (s.grid, s.transport, s.min_torus_bytes, s.column_algorithm) == (TorusTopology(1, 4), "auto", "auto", "mpi")
     with pytest.raises(ValueError, match="HOROVOD_TORUS_TRANSPORT='nccl'"):
         resolve(env)
 
@@ -76,6 +101,10 @@ def test_fields_limit_the_variables_read():
     ({"HOROVOD_TORUS_MIN_BYTES": "1k"}, {}, r"HOROVOD_TORUS_MIN_BYTES='1k' must be 'auto' or an integer"),
     ({}, {"min_torus_bytes": -1}, r"min_torus_bytes=-1 must be"),
     ({"HOROVOD_TORUS_COLUMN_RING": "sometimes"}, {}, r"HOROVOD_TORUS_COLUMN_RING='sometimes' must be one of auto"),
+    ({"HOROVOD_TORUS_COLUMN_ALGORITHM": "binary"}, {},
+     r"HOROVOD_TORUS_COLUMN_ALGORITHM='binary' is not a column algorithm: choose one of auto, mpi, ring, "
+     r"halving-doubling, tree"),
+    ({}, {"column_algorithm": "rings"}, r"column_algorithm='rings' is not a column algorithm"),
     ({"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "soon"}, {}, r"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS='soon' must be"),
 ])
 def test_bad_values_name_their_source_and_the_fix(env, kwargs, match):

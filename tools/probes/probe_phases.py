@@ -23,5 +23,5 @@ for mib in [int(a) for a in sys.argv[1:]] or [8, 32]:
         res.setdefault("p1", []).append(t1 - t0); res.setdefault("p2", []).append(t2 - t1); res.setdefault("p3", []).append(t3 - t2)
         # column alone, no CPU reduce: plain sendrecv ring timing
     if r == 0:
-        print(mib, "MiB", {k: round(med(v[1:]), 3) for k, v in res.items()}, "ring", tc.column_ring, flush=True)
+        print(mib, "MiB", {k: round(med(v[1:]), 3) for k, v in res.items()}, "column", tc.algorithm_for(x.nbytes), flush=True)
 tc.free()

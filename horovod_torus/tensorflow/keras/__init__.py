@@ -28,6 +28,9 @@ from horovod_torus.signature import TorusMismatchError  # noqa: F401,E402
 from horovod_torus.stall import TorusStallError  # noqa: F401,E402
 from horovod_torus.tensorflow.keras import callbacks  # noqa: F401,E402
 from horovod_torus.tensorflow.keras.saving import load_model  # noqa: F401,E402
+from horovod_torus.tensorflow.keras import stops as _stops  # noqa: E402
+
+_stops.install()  # records which callback set model.stop_training (the message of a one-rank stop)
 from horovod_torus.tensorflow.reductions import allreduce as _allreduce  # noqa: E402
 from horovod_torus.tensorflow.variables import broadcast_variables  # noqa: F401,E402
 

@@ -163,6 +163,9 @@ def test_expect_states_the_top1_and_the_time_against_the_thresholds(tmp_path, ca
     assert verdict(_summary(0.12), name="smoke", min_top1=0.5, seconds=75, target_seconds=60) == (
         False, "smoke: val top-1 0.1200 below 0.50 expected (chance 0.10): FAILED; 75 s wall (over the 60 s target)")
     assert verdict(_summary(None), name="r", min_top1=0.5)[0] is False
+    with_host = {**_summary(0.86), "host": {"cpu_model": "AMD EPYC", "cpu_count": 2, "onednn": False}}
+    assert verdict(with_host, name="make demo", min_top1=0.85, seconds=1100, target_seconds=1200)[1].endswith(
+        "1100 s wall (within the 1200 s target); 2 CPUs, AMD EPYC, oneDNN off")
     path = tmp_path / "summary.json"
     path.write_text(json.dumps(_summary(0.3)))
     assert main([str(path), "--min-top1", "0.25"]) == 0

@@ -1,0 +1,9 @@
+"""The result line of the stall scripts (test_stall_*.py, run by tests/parallel/run_stall.sh as scripts)."""
+import os
+
+
+def report(rank, line):
+    """One result line: printed, and appended to STALL_DIR/rank<R>.txt (launcher output interleaves)."""
+    print(line, flush=True)
+    with open(os.path.join(os.environ.get("STALL_DIR", "/tmp"), f"rank{rank}.txt"), "a") as fh:
+        fh.write(line + "\n")

@@ -70,12 +70,14 @@ unit: setup
 
 parallel: setup
 	@bash tests/parallel/run_all.sh
+	@bash tests/parallel/run_elastic.sh
 
 test: setup
 	$(PY) -m pytest -q tests/unit
 	@$(MAKE) --no-print-directory docs
 	@bash tests/parallel/run_all.sh
 	@bash tests/parallel/run_stall.sh
+	@bash tests/parallel/run_elastic.sh
 	@bash tests/cluster/run.sh
 	$(PY) -m pytest -q -p no:cacheprovider tests/fault
 

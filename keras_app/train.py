@@ -187,6 +187,9 @@ def configure(argv: list[str] | None, size: int, local_size: int | None = None) 
 
     cfg, explicit = parse_command_line(argv)
     notes = []
+    if cfg.train.elastic:   # the world size changes: any global batch, split unevenly (keras_app.elastic)
+        cfg.validate(None)
+        return cfg, notes
     if "train.batch_schedule" not in explicit:
         rounded = round_batch_schedule(cfg.train.batch_schedule, size)
         if rounded != cfg.train.batch_schedule:
@@ -218,6 +221,12 @@ def main(argv: list[str] | None = None) -> int:
     if ctx.rank == 0:
         for note in notes:
             print(note, flush=True)
+    if cfg.train.elastic:
+        from keras_app.elastic import train_elastic
+
+        _configure_tensorflow(cfg)
+        train_elastic(cfg, build_optimizer)
+        return 0
     train(cfg)
     return 0
 

@@ -72,9 +72,14 @@ class TorusAllreduce:
         min_torus_bytes: fused buffers smaller than this (bytes) take one flat all-reduce on the same
             transport instead of the three phases (0: always the torus).
         torus_comm: the :class:`horovod_torus.mpi.TorusComm` (None when Horovod has no MPI controller).
+
+    ``horovod_transport``: the object behind ``transport="horovod"`` (None: a
+    :class:`horovod_torus.tensorflow.transports.HorovodTransport` on the row and column process sets; an
+    elastic job passes a :class:`horovod_torus.tensorflow.elastic_transport.GlobalSetTransport`).
     """
 
-    def __init__(self, process_sets, transport: str, torus_comm=None, min_torus_bytes: int = 0):
+    def __init__(self, process_sets, transport: str, torus_comm=None, min_torus_bytes: int = 0,
+                 horovod_transport=None):
         if transport not in TRANSPORTS:
             raise ValueError(f"transport={transport!r}: choose one of {', '.join(TRANSPORTS)}")
         if transport == "mpi" and torus_comm is None:
@@ -87,7 +92,7 @@ class TorusAllreduce:
         self.min_torus_bytes = int(min_torus_bytes)
         # init must not start TensorFlow's runtime (users pin GPUs after hvd.init, as with Horovod): the
         # Horovod transport creates its call counter variable at its first call.
-        self._horovod = HorovodTransport(process_sets)
+        self._horovod = horovod_transport or HorovodTransport(process_sets)
 
     def __repr__(self) -> str:
         return (f"TorusAllreduce(grid={self.grid}, rank={self.rank}, transport={self.transport!r}, "

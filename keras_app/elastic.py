@@ -20,7 +20,8 @@ synchronises the state from rank 0 (new processes start from it). What stays fix
 A commit (every ``--commit-every`` batches and at each epoch's end) copies the weights, the optimizer's
 variables and (epoch, batch) to host memory; work after the last commit is redone after a reset.
 Rank 0 writes ``summary.json`` with ``world_changes`` (time, step, old and new world size and grid),
-``elastic/progress.json`` after each commit (the committed step, the world size, the resets so far), and
+``elastic/progress.json`` after each commit (the committed step, the world size, the resets so far, the
+seconds since the start, the epoch's running loss; ``elastic/progress.jsonl``: all of them), and
 each rank appends one line per (re)start of the training function to ``elastic/ranks.jsonl`` (pid, rank,
 size, grid, step, the SHA-256 of its variables).
 """
@@ -143,11 +144,13 @@ def train_elastic(cfg, build_optimizer):
             gb = global_batch_at(schedule, state.epoch)
             model.optimizer.learning_rate = lr_at(state.epoch + state.batch / steps_per_epoch(n, gb), gb)
 
-    class _Progress(keras.callbacks.Callback):   # rank 0: the last committed step, for tests and monitors
+    class _Progress(keras.callbacks.Callback):   # rank 0, at each commit: for tests, monitors and the plot
         def on_train_batch_end(self, batch, logs=None):
             if hvd.rank() == 0 and state.batch % every == 0:
-                write_json_atomic(os.path.join(out, "elastic", "progress.json"),
-                                  {"step": step_of(state), "size": hvd.size(), "changes": len(state.world_changes)})
+                now = {"step": step_of(state), "size": hvd.size(), "changes": len(state.world_changes),
+                       "time": round(time.time() - started, 3), "loss": float((logs or {}).get("loss", "nan"))}
+                write_json_atomic(os.path.join(out, "elastic", "progress.json"), now)
+                _append_line(os.path.join(out, "elastic", "progress.jsonl"), now)
 
     callbacks = [_LearningRate(), elastic.CommitEvery(state, every), _Progress()]
 

@@ -192,3 +192,17 @@ def test_a_reducer_binds_the_new_torus_after_a_reset(monkeypatch):
     assert reducer.strategy is first and len(calls) == 1
     monkeypatch.setitem(runtime._current, "generation", runtime.generation() + 1)
     assert reducer.strategy is not first and len(calls) == 2
+
+
+def test_elastic_demo_plot_draws_the_loss_and_world_size(tmp_path):
+    from tools.cluster.elastic_demo import plot_elastic
+
+    (tmp_path / "elastic").mkdir()
+    rows = [{"time": t, "step": 4 * i, "size": s, "changes": c, "loss": 2.0 - 0.1 * i}
+            for i, (t, s, c) in enumerate([(1, 4, 0), (2, 4, 0), (9, 2, 1), (10, 2, 1), (15, 4, 2)])]
+    (tmp_path / "elastic" / "progress.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    changes = [{"time": 8, "step": 8, "old_size": 4, "old_grid": "2x2", "new_size": 2, "new_grid": "2x1"},
+               {"time": 14, "step": 12, "old_size": 2, "old_grid": "2x1", "new_size": 4, "new_grid": "2x2"}]
+    (tmp_path / "summary.json").write_text(json.dumps({"world_changes": changes}))
+    plot_elastic(str(tmp_path), str(tmp_path / "elastic.png"))
+    assert (tmp_path / "elastic.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

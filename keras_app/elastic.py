@@ -35,7 +35,7 @@ import numpy as np
 
 from horovod_torus.fusion import shard_counts
 
-__all__ = ["rank_share", "train_elastic"]
+__all__ = ["rank_share", "check_elastic_config", "train_elastic"]
 
 
 def rank_share(global_batch: int, size: int, rank: int) -> tuple[int, int]:
@@ -47,6 +47,19 @@ def rank_share(global_batch: int, size: int, rank: int) -> tuple[int, int]:
                          f"--max-np or raise the batch schedule)")
     counts = shard_counts(global_batch, size)
     return int(sum(counts[:rank])), int(counts[rank])
+
+
+def check_elastic_config(cfg) -> None:
+    """Raise ValueError (naming the value and the fix) for what ``--elastic`` does not support: a data set
+    other than Fashion-MNIST, a fixed ``--grid`` (each world takes its default grid), ``--resume``."""
+    if cfg.data.dataset != "fashion_mnist":
+        raise ValueError(f"--elastic: dataset {cfg.data.dataset!r} is not supported; the elastic app reads "
+                         f"Fashion-MNIST (--dataset fashion_mnist)")
+    if cfg.train.grid:
+        raise ValueError(f"--elastic with --grid {cfg.train.grid}: the grid is re-planned for every world (the "
+                         f"default grid); leave --grid unset")
+    if cfg.train.resume:
+        raise ValueError("--elastic with --resume: an elastic job keeps its state in memory; leave --resume unset")
 
 
 def _dataset(cfg, images, labels, *, epoch, start, steps, global_batch, rank, size):
@@ -79,8 +92,8 @@ def train_elastic(cfg, build_optimizer):
     """Train ``cfg`` elastically on this rank (module docstring); returns the summary dict on rank 0,
     None elsewhere.
 
-    Raises (before any collective): ValueError for a dataset other than Fashion-MNIST, a fixed ``--grid``
-    (each world takes its default grid), ``--resume``, or a launch that is not an elastic horovodrun."""
+    Raises (before any collective): ValueError for what :func:`check_elastic_config` refuses, or a launch
+    that is not an elastic horovodrun."""
     import keras
 
     import horovod_torus.tensorflow.keras as hvd
@@ -91,14 +104,7 @@ def train_elastic(cfg, build_optimizer):
     from keras_app.report import write_json_atomic
     from keras_app.schedules import global_batch_at, learning_rate, parse_batch_schedule, steps_per_epoch
 
-    if cfg.data.dataset != "fashion_mnist":
-        raise ValueError(f"--elastic: dataset {cfg.data.dataset!r} is not supported; the elastic app reads "
-                         f"Fashion-MNIST (--dataset fashion_mnist)")
-    if cfg.train.grid:
-        raise ValueError(f"--elastic with --grid {cfg.train.grid}: the grid is re-planned for every world (the "
-                         f"default grid); leave --grid unset")
-    if cfg.train.resume:
-        raise ValueError("--elastic with --resume: an elastic job keeps its state in memory; leave --resume unset")
+    check_elastic_config(cfg)
     elastic.check_elastic_launch()
     hvd.init()
     out = cfg.train.output_dir
@@ -162,8 +168,8 @@ def train_elastic(cfg, build_optimizer):
     @elastic.run
     def loop(s):
         _append_line(os.path.join(out, "elastic", "ranks.jsonl"),
-                     {"pid": os.getpid(), "host": os.environ.get("HOROVOD_HOSTNAME"), "rank": hvd.rank(), "size": hvd.size(), "grid": str(hvd.grid()),
-                      "step": step_of(s), "changes": len(s.world_changes), "digest": s.digest()})
+                     {"pid": os.getpid(), "host": os.environ.get("HOROVOD_HOSTNAME"), "rank": hvd.rank(),
+                      "size": hvd.size(), "grid": str(hvd.grid()), "step": step_of(s), "changes": len(s.world_changes), "digest": s.digest()})
         while s.epoch < epochs:
             gb = global_batch_at(schedule, s.epoch)
             steps = steps_per_epoch(n, gb)

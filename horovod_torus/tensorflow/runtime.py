@@ -20,8 +20,8 @@ from horovod_torus.settings import TorusSettings
 from horovod_torus.tensorflow.torus import TorusAllreduce
 from horovod_torus.topology import TorusTopology
 
-__all__ = ["init", "shutdown", "shutdown_without_wait", "reinit", "current_torus", "generation", "torus", "torus_process_sets", "grid", "transport", "backend", "torus_comm",
-           "settings"]
+__all__ = ["init", "shutdown", "shutdown_without_wait", "reinit", "current_torus", "generation", "torus",
+           "torus_process_sets", "grid", "transport", "backend", "torus_comm", "settings"]
 
 _current: dict = {"torus": None, "settings": None, "generation": 0}
 

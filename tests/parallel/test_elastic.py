@@ -26,6 +26,7 @@ import time
 
 import pytest
 
+from horovod_torus.atomic import write_text_atomic
 from horovod_torus.launchers import launcher_command
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -49,9 +50,7 @@ def _env():
 
 
 def _write_hosts(path, hosts):
-    with open(path + ".tmp", "w") as fh:
-        fh.write("".join(f"{h}:2\n" for h in hosts))
-    os.replace(path + ".tmp", path)
+    write_text_atomic(path, "".join(f"{h}:2\n" for h in hosts))   # horovodrun's driver polls it
 
 
 def _launch(tmp_path, name):

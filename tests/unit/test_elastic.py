@@ -206,3 +206,20 @@ def test_elastic_demo_plot_draws_the_loss_and_world_size(tmp_path):
     (tmp_path / "summary.json").write_text(json.dumps({"world_changes": changes}))
     plot_elastic(str(tmp_path), str(tmp_path / "elastic.png"))
     assert (tmp_path / "elastic.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_elastic_app_configuration(monkeypatch, capsys):
+    from keras_app.train import CONFIG_ERROR, configure, main
+
+    cfg, notes = configure(["--elastic", "true", "--batch-schedule", "0:512"], size=3)   # 171, 171, 170
+    assert cfg.train.elastic and cfg.train.batch_schedule == "0:512" and notes == []
+    for argv, match in ((["--grid", "2x2"], "leave --grid unset"), (["--resume", "true"], "leave --resume unset"),
+                        (["--commit-every", "0"], "commit_every=0 must be >= 1")):
+        with pytest.raises(ValueError, match=match):
+            configure(["--elastic", "true", *argv], size=4)
+    for k in ("HOROVOD_ELASTIC", "HOROVOD_GLOO_RENDEZVOUS_ADDR"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "4")
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "0")
+    assert main(["--elastic", "true"]) == CONFIG_ERROR
+    assert "needs an elastic horovodrun launch" in capsys.readouterr().err

@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 
+from horovod_torus.atomic import write_text_atomic
 from horovod_torus.launchers import horovodrun_command
 from tools.cluster import net
 from tools.cluster.layout import ClusterSpec
@@ -42,9 +43,7 @@ def _progress(out):
 
 
 def _write_hosts(path, hosts, slots):
-    with open(path + ".tmp", "w") as fh:
-        fh.write("".join(f"{h}:{slots}\n" for h in hosts))
-    os.replace(path + ".tmp", path)
+    write_text_atomic(path, "".join(f"{h}:{slots}\n" for h in hosts))   # the driver polls it
 
 
 def plot_elastic(out: str, path: str) -> None:
@@ -62,7 +61,8 @@ def plot_elastic(out: str, path: str) -> None:
     t = [r["time"] for r in rows]
     fig, (a, b) = plt.subplots(2, 1, figsize=(8, 5), sharex=True)
     a.plot(t, [r["loss"] for r in rows], ".-")
-    a.set(ylabel="training loss (epoch's running mean)", title="elastic torus: 2 nodes x 2 ranks, node1 removed and back")
+    a.set(ylabel="training loss (epoch's running mean)",
+          title="elastic torus: 2 nodes x 2 ranks, node1 removed and back")
     b.step(t, [r["size"] for r in rows], where="post")
     b.set(xlabel="seconds since start", ylabel="ranks", yticks=[0, 1, 2, 3, 4], ylim=(0, 4.5))
     for c in changes:

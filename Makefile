@@ -19,7 +19,7 @@ ifneq ($(GPU),)
 HVD_FLAGS += HOROVOD_GPU_OPERATIONS=NCCL
 endif
 
-.PHONY: help setup test unit parallel docs smoke demo ablation bench cluster-bench cluster-train clean
+.PHONY: help setup test unit parallel docs smoke demo ablation bench cluster-bench cluster-train elastic-demo clean
 help:
 	@echo "make setup   install apt packages, .venv, the pinned stack and Horovod 0.28.1 (idempotent)"
 	@echo "make test    setup + unit tests + multi-rank tests under mpirun and horovodrun"
@@ -31,6 +31,7 @@ help:
 	@echo "make bench   setup + the all-reduce benchmark sweep (mpi_scripts/bench.sh)"
 	@echo "make cluster-bench  setup + all-reduce on an emulated 4-node cluster, node and rails wirings (root)"
 	@echo "make cluster-train  setup + ResNet-50 torus vs ring on the emulated rails cluster (root)"
+	@echo "make elastic-demo   setup + elastic training on an emulated 2-node cluster: node1 removed, then back (root)"
 
 setup: $(STAMPS)/horovod $(STAMPS)/project
 	@$(VENV)/bin/horovodrun --check-build | tee $(STAMPS)/check-build.txt
@@ -70,12 +71,14 @@ unit: setup
 
 parallel: setup
 	@bash tests/parallel/run_all.sh
+	@bash tests/parallel/run_elastic.sh
 
 test: setup
 	$(PY) -m pytest -q tests/unit
 	@$(MAKE) --no-print-directory docs
 	@bash tests/parallel/run_all.sh
 	@bash tests/parallel/run_stall.sh
+	@bash tests/parallel/run_elastic.sh
 	@bash tests/cluster/run.sh
 	$(PY) -m pytest -q -p no:cacheprovider tests/fault
 
@@ -122,6 +125,11 @@ cluster-bench: setup
 
 cluster-train: setup
 	@bash mpi_scripts/cluster_train.sh
+
+# The elastic torus on an emulated 2 x 2 cluster (root): node1 removed mid-epoch, training goes on on 2x1,
+# node1 comes back, 2x2 again; runs/elastic_demo/elastic.png plots the loss and the world size over time.
+elastic-demo: setup
+	$(PY) -m tools.cluster.elastic_demo --out runs/elastic_demo
 
 clean:
 	rm -rf $(VENV) build *.egg-info runs

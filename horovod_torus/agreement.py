@@ -43,7 +43,8 @@ def describe_mismatch(per_rank: list[dict]) -> str | None:
     return "\n".join(lines) or None
 
 
-def agree(settings: dict, *, rank: int, size: int, comm=None, environ=None, timeout: float = 120.0) -> list[dict]:
+def agree(settings: dict, *, rank: int, size: int, comm=None, environ=None, timeout: float = 120.0,
+          scope: str | None = None) -> list[dict]:
     """Exchange ``settings`` (a JSON-able dict) among all ranks; raise on every rank when they differ.
 
     Args:
@@ -52,6 +53,10 @@ def agree(settings: dict, *, rank: int, size: int, comm=None, environ=None, time
         comm: an mpi4py communicator to exchange on (None: ``MPI.COMM_WORLD`` under an MPI launcher).
         environ: the environment (``os.environ``), for the Gloo rendezvous address.
         timeout: seconds to wait for the other ranks on the rendezvous store.
+        scope: the rendezvous store's scope (under Gloo), the same on every rank; None:
+            ``horovod_torus_init_<n>``, n counting this process's calls (the same on every rank of a job
+            whose processes all started together; an elastic job passes its own, see
+            :func:`horovod_torus.tensorflow.runtime.init`).
 
     Returns:
         Every rank's settings, in rank order.
@@ -65,7 +70,8 @@ def agree(settings: dict, *, rank: int, size: int, comm=None, environ=None, time
     if size == 1:
         per_rank = [settings]
     elif comm is None and "HOROVOD_GLOO_RENDEZVOUS_ADDR" in environ:
-        per_rank = _exchange_rendezvous(settings, rank, size, environ, timeout)
+        per_rank = _exchange_rendezvous(settings, rank, size, environ, timeout,
+                                        scope or f"horovod_torus_init_{_attempts['n']}")
     else:
         if comm is None:
             from mpi4py import MPI
@@ -81,7 +87,8 @@ def agree(settings: dict, *, rank: int, size: int, comm=None, environ=None, time
     return per_rank
 
 
-def agree_on(build, *, rank: int, size: int, comm=None, environ=None, timeout: float = 120.0):
+def agree_on(build, *, rank: int, size: int, comm=None, environ=None, timeout: float = 120.0,
+             scope: str | None = None):
     """Run this rank's local checks, then :func:`agree`: the same outcome on every rank.
 
     Args:
@@ -89,7 +96,7 @@ def agree_on(build, *, rank: int, size: int, comm=None, environ=None, timeout: f
             the JSON-able dict the ranks compare. A ValueError or TypeError it raises is sent to the other
             ranks in place of the dict (so they do not wait for this rank) and raised here after the
             exchange.
-        rank, size, comm, environ, timeout: as for :func:`agree`.
+        rank, size, comm, environ, timeout, scope: as for :func:`agree`.
 
     Returns:
         ``value``, when every rank's checks passed with equal settings.
@@ -103,18 +110,18 @@ def agree_on(build, *, rank: int, size: int, comm=None, environ=None, timeout: f
         value, settings = build()
     except (ValueError, TypeError) as exc:
         local_error, settings = exc, {"error": f"{type(exc).__name__}: {exc}"}
-    agree(settings, rank=rank, size=size, comm=comm, environ=environ, timeout=timeout)
+    agree(settings, rank=rank, size=size, comm=comm, environ=environ, timeout=timeout, scope=scope)
     if local_error is not None:
         raise local_error
     return value
 
 
-def _exchange_rendezvous(settings, rank, size, environ, timeout):
+def _exchange_rendezvous(settings, rank, size, environ, timeout, scope):
     port = environ.get("HOROVOD_GLOO_RENDEZVOUS_PORT")
     if not port:
         raise ValueError(f"HOROVOD_GLOO_RENDEZVOUS_ADDR={environ['HOROVOD_GLOO_RENDEZVOUS_ADDR']!r} is set but "
                          f"HOROVOD_GLOO_RENDEZVOUS_PORT is not: start the job with horovodrun (it exports both)")
-    base = (f"http://{environ['HOROVOD_GLOO_RENDEZVOUS_ADDR']}:{port}/horovod_torus_init_{_attempts['n']}")
+    base = f"http://{environ['HOROVOD_GLOO_RENDEZVOUS_ADDR']}:{port}/{scope}"
     body = json.dumps(settings, sort_keys=True).encode()
     request = urllib.request.Request(f"{base}/{rank}", data=body, method="PUT")
     urllib.request.urlopen(request, timeout=10).read()

@@ -59,6 +59,9 @@ class LaunchContext:
         launcher: one of :data:`LAUNCHERS`.
         size: ranks in the job (>= 1). ``rank``: this process's rank, 0 <= rank < size.
         local_size: ranks on this node (>= 1). ``local_rank``: this process's rank on its node.
+        elastic: True under an elastic ``horovodrun`` (``--min-np``/``--max-np``/``--host-discovery-script``,
+            which exports ``HOROVOD_ELASTIC=1``). Its size and ranks are those of the first world only:
+            after a reset Horovod's own init fetches the new ones (``hvd.size()``, ``hvd.rank()``).
     """
 
     launcher: str
@@ -66,6 +69,7 @@ class LaunchContext:
     rank: int
     local_size: int
     local_rank: int
+    elastic: bool = False
 
     @classmethod
     def from_environ(cls, environ=None) -> "LaunchContext":
@@ -88,7 +92,8 @@ class LaunchContext:
                 if not 0 <= rank < size:
                     raise ValueError(f"{names[1]}={rank} is outside the job's {names[0]}={size}: the "
                                      f"launcher's variables are inconsistent (start the job with the launcher)")
-                return cls(launcher, size, rank, max(1, min(local_size, size)), local_rank)
+                elastic = launcher == "horovodrun" and environ.get("HOROVOD_ELASTIC") == "1"
+                return cls(launcher, size, rank, max(1, min(local_size, size)), local_rank, elastic)
         return cls("single", 1, 0, 1, 0)
 
     @property

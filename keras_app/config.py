@@ -91,6 +91,10 @@ class TrainConfig:
     intra_op_threads: int = _opt(0, "TensorFlow intra-op threads per rank; 0: TensorFlow's default", "N")
     inter_op_threads: int = _opt(0, "TensorFlow inter-op threads per rank; 0: TensorFlow's default", "N")
     val_every_epochs: int = _opt(1, "validate every N epochs (and after the last)", "N")
+    elastic: bool = _opt(False, "keep training when ranks are lost or added (needs horovodrun --gloo "
+                                "--min-np/--max-np/--host-discovery-script; docs/guide/elastic.md)", "BOOL")
+    commit_every: int = _opt(10, "--elastic: commit the state every N batches (and at each epoch's end); "
+                                 "a reset redoes the batches after the last commit", "N")
     verbose: int = _opt(1, "rank 0's Keras fit output: 1 progress bar, 2 one line per epoch (batch jobs), "
                            "0 silent")
 
@@ -145,6 +149,8 @@ class AppConfig:
             raise ValueError(f"pipeline_threads={self.data.pipeline_threads} must be >= 0 (0 = tf.data AUTOTUNE)")
         if self.train.epochs < 1:
             raise ValueError(f"epochs={self.train.epochs} must be >= 1")
+        if self.train.commit_every < 1:
+            raise ValueError(f"commit_every={self.train.commit_every} must be >= 1 (batches between commits)")
         if not 0.0 <= self.optim.label_smoothing < 1.0:
             raise ValueError(f"label_smoothing={self.optim.label_smoothing} must be in [0, 1)")
 

@@ -187,6 +187,12 @@ def configure(argv: list[str] | None, size: int, local_size: int | None = None) 
 
     cfg, explicit = parse_command_line(argv)
     notes = []
+    if cfg.train.elastic:   # the world size changes: any global batch, split unevenly (keras_app.elastic)
+        from keras_app.elastic import check_elastic_config
+
+        cfg.validate(None)
+        check_elastic_config(cfg)
+        return cfg, notes
     if "train.batch_schedule" not in explicit:
         rounded = round_batch_schedule(cfg.train.batch_schedule, size)
         if rounded != cfg.train.batch_schedule:
@@ -209,6 +215,10 @@ def main(argv: list[str] | None = None) -> int:
     ctx = LaunchContext.from_environ()      # before Horovod starts: the launcher's variables
     try:
         cfg, notes = configure(argv, ctx.size, ctx.local_size)
+        if cfg.train.elastic:
+            from horovod_torus.tensorflow.elastic import check_elastic_launch
+
+            check_elastic_launch()      # under mpirun: an error line, not a traceback per rank
     except ValueError as exc:
         if ctx.rank == 0:
             print(f"keras_app: configuration error: {exc}", file=sys.stderr, flush=True)
@@ -218,6 +228,12 @@ def main(argv: list[str] | None = None) -> int:
     if ctx.rank == 0:
         for note in notes:
             print(note, flush=True)
+    if cfg.train.elastic:
+        from keras_app.elastic import train_elastic
+
+        _configure_tensorflow(cfg)
+        train_elastic(cfg, build_optimizer)
+        return 0
     train(cfg)
     return 0
 

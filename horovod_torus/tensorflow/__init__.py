@@ -23,7 +23,7 @@ from horovod.tensorflow import (  # noqa: F401
 # Horovod's helpers and submodules that move no gradients (scripts and Horovod's own tests use them):
 from horovod.tensorflow import (  # noqa: F401
     SyncBatchNormalization, _executing_eagerly, broadcast_global_variables, broadcast_object_fn,
-    check_num_rank_power_of_2, compression, elastic, functions, gpu_available, mpi_ops, refs_to_vars, util,
+    check_num_rank_power_of_2, compression, functions, gpu_available, mpi_ops, refs_to_vars, util,
     vars_to_refs,
 )
 
@@ -44,3 +44,4 @@ from horovod_torus.tensorflow.gradient_tape import DistributedGradientTape  # no
 from horovod_torus.strategies.registry import (  # noqa: E402,F401
     available_strategies, get_strategy, register_strategy,
 )
+from horovod_torus.tensorflow import elastic  # noqa: E402,F401  (ours: Keras 3 state, torus reset)

@@ -29,6 +29,7 @@ from horovod_torus.scaling import scale
 from horovod_torus.strategies.registry import DEFAULT_STRATEGY, check_strategy, resolve_strategy
 from horovod_torus.tensorflow.ops import check_op
 from horovod_torus.tensorflow.reductions import check_process_set, reduce_sparse
+from horovod_torus.tensorflow.runtime import generation
 
 __all__ = ["GradientReducer", "ReductionOptions", "check_process_set", "normalize_groups"]
 
@@ -138,6 +139,7 @@ class GradientReducer:
     def __init__(self, options: ReductionOptions):
         self.options = options
         self._strategy = None  # resolved at the first step: the torus exists only after init()
+        self._generation = None  # the runtime.generation() it was resolved in (an elastic reset makes a new torus)
         self._local = {}  # id(variable) -> variable
 
     @classmethod
@@ -150,8 +152,9 @@ class GradientReducer:
 
     @property
     def strategy(self):
-        if self._strategy is None:
+        if self._strategy is None or self._generation != generation():
             self._strategy = resolve_strategy(self.options.strategy)
+            self._generation = generation()
         return self._strategy
 
     def register_local_var(self, var) -> None:

@@ -24,10 +24,10 @@ from horovod_torus.tensorflow.guard import ExchangeGuard, exit_check, leave
 from horovod_torus.tensorflow.torus import TorusAllreduce
 from horovod_torus.topology import TorusTopology
 
-__all__ = ["init", "shutdown", "torus", "torus_process_sets", "grid", "transport", "backend", "torus_comm",
-           "settings"]
+__all__ = ["init", "shutdown", "shutdown_without_wait", "reinit", "current_torus", "generation", "torus",
+           "torus_process_sets", "grid", "transport", "backend", "torus_comm", "settings"]
 
-_current: dict = {"torus": None, "settings": None}
+_current: dict = {"torus": None, "settings": None, "generation": 0}
 
 
 def init(comm=None, process_sets=None, *, grid=None, transport=None, min_torus_bytes=None, column_algorithm=None,
@@ -48,6 +48,8 @@ def init(comm=None, process_sets=None, *, grid=None, transport=None, min_torus_b
             [0, size), the same list on every rank.
         grid: a TorusTopology, ``"XxY"`` (X ranks per row, Y rows), or None: ``HOROVOD_TORUS_GRID``, else
             a node's ranks form one row (X = local size when it divides the size), else the most square.
+            Under an elastic ``horovodrun`` also a rule: a function ``(size, local_size) -> grid`` called
+            for every world (:mod:`horovod_torus.tensorflow.elastic`).
         transport: the data path of the ``"torus"`` strategy: ``"horovod"`` (Horovod ops on the
             row/column process sets: MPI, Gloo or NCCL), ``"mpi"`` (mpi4py row/column communicators, CPU
             tensors, MPI controller only) or ``"auto"`` (None: ``HOROVOD_TORUS_TRANSPORT``, else auto):
@@ -92,6 +94,10 @@ def init(comm=None, process_sets=None, *, grid=None, transport=None, min_torus_b
                                 stall_seconds=stall_shutdown_seconds)
     tf_defaults.warn_if_onednn_off()
     context = LaunchContext.from_environ()
+    if context.elastic:
+        return _init_elastic(comm, process_sets, kwargs, grid=grid, transport=transport,
+                             min_torus_bytes=min_torus_bytes, column_algorithm=column_algorithm,
+                             column_ring=column_ring, stall_seconds=stall_shutdown_seconds, cache_dir=cache_dir)
     mpi_comm = _mpi_comm(comm, context)
     if mpi_comm is None:
         size, local_size, rank = context.size, context.local_size, context.rank
@@ -135,6 +141,60 @@ def init(comm=None, process_sets=None, *, grid=None, transport=None, min_torus_b
             _current["torus"].defer_crossover(settings.cache_dir, context.launcher)
         else:
             _current["torus"].resolve_crossover(settings.cache_dir, context.launcher)
+    _current["generation"] += 1
+    return _current["torus"]
+
+
+def _init_elastic(comm, process_sets, kwargs, *, grid, transport, min_torus_bytes, column_algorithm, column_ring,
+                  stall_seconds, cache_dir=None):
+    """``init`` under an elastic ``horovodrun --gloo``: Horovod first (with no process set: its elastic
+    reset cannot finalise one, see :mod:`horovod_torus.tensorflow.elastic_transport`), then the settings for
+    the world Horovod reports, agreed on the rendezvous store, then the torus on the global set."""
+    from horovod_torus.tensorflow.elastic_transport import GlobalSetTransport
+
+    if comm is not None or process_sets:
+        raise ValueError("init(comm=..., process_sets=...): an elastic job (horovodrun --min-np/--max-np/"
+                         "--host-discovery-script) runs on Horovod's global set only (Horovod 0.28.1 aborts a "
+                         "surviving rank that has process sets when another rank dies): leave both unset")
+    # Horovod reads its stall deadline at init, from the environment: resolve that setting alone first
+    _export_stall_to_horovod(TorusSettings.resolve(size=1, stall_seconds=stall_seconds,
+                                                   fields=("stall_seconds",)).stall_seconds)
+    _current["elastic_arguments"] = dict(grid=grid, transport=transport, min_torus_bytes=min_torus_bytes,
+                                         column_algorithm=column_algorithm, column_ring=column_ring,
+                                         stall_shutdown_seconds=stall_seconds, cache_dir=cache_dir, **kwargs)
+    _hvd.init(**kwargs)  # the new world's rank and size come from the elastic driver here
+    size, rank, local_size = _hvd.size(), _hvd.rank(), _hvd.local_size()
+
+    def build():
+        the_grid = grid(size, local_size) if callable(grid) else grid
+        try:
+            settings = TorusSettings.resolve(size=size, local_size=local_size, grid=the_grid,
+                                             transport=transport, min_torus_bytes=min_torus_bytes,
+                                             column_algorithm=column_algorithm, column_ring=column_ring,
+                                             stall_seconds=stall_seconds, cache_dir=cache_dir)
+        except ValueError as exc:
+            raise ValueError(f"{exc} (an elastic job's world is now {size} ranks: give a grid rule, "
+                             f"grid=lambda size, local_size: ..., or leave the grid unset for the default)") from None
+        if settings.transport == "mpi":
+            raise ValueError("transport='mpi' (or HOROVOD_TORUS_TRANSPORT=mpi): an elastic job runs on "
+                             "Horovod's Gloo controller; use transport='horovod' or 'auto'")
+        return settings, {**settings.agreement(), "size": size}
+
+    # The driver clears the rendezvous store at every new world (horovod/runner/http/http_server.py,
+    # RendezvousServer.init), and processes added later count their calls from 1: one scope per world size.
+    settings = agree_on(build, rank=rank, size=size, scope=f"horovod_torus_elastic_{size}")
+    sets = TorusProcessSets.build(settings.grid, rank, _hvd.ProcessSet, _hvd.global_process_set)
+    auto = settings.min_torus_bytes == "auto"
+    _current["settings"] = settings
+    _current["torus"] = TorusAllreduce(sets, "horovod", None, 0 if auto else settings.min_torus_bytes,
+                                       horovod_transport=GlobalSetTransport(sets))
+    if auto:  # the cache makes a reset to a world of the same key cost no calibration
+        launcher = LaunchContext.from_environ().launcher
+        if _gpu_visible():
+            _current["torus"].defer_crossover(settings.cache_dir, launcher)
+        else:
+            _current["torus"].resolve_crossover(settings.cache_dir, launcher)
+    _current["generation"] += 1
     return _current["torus"]
 
 
@@ -308,6 +368,37 @@ def shutdown() -> None:
         _current["torus"].free()
     _current["torus"] = _current["settings"] = None
     _hvd.shutdown()
+
+
+def shutdown_without_wait() -> None:
+    """Free the torus and shut Horovod down without :func:`shutdown`'s closing all-reduce: the elastic
+    reset, where a rank may be gone (that wait would fail) and every torus call is on the global set."""
+    if _current["torus"] is not None:
+        _current["torus"].free()
+    _current["torus"] = _current["settings"] = None
+    _hvd.shutdown()
+
+
+def reinit() -> TorusAllreduce:
+    """:func:`init` again with the arguments of the elastic job's first ``init`` (the elastic reset).
+
+    Raises:
+        RuntimeError: ``init`` was not called under an elastic launch first."""
+    arguments = _current.get("elastic_arguments")
+    if arguments is None:
+        raise RuntimeError("reinit(): call horovod_torus.tensorflow.init() under an elastic horovodrun first")
+    return init(**arguments)
+
+
+def generation() -> int:
+    """How many tori this process has made (each successful :func:`init`): a strategy bound to an older
+    one is stale (after an elastic reset, :mod:`horovod_torus.tensorflow.gradients` binds again)."""
+    return _current["generation"]
+
+
+def current_torus() -> TorusAllreduce | None:
+    """The TorusAllreduce made by :func:`init`, or None (no error) before init or after a shutdown."""
+    return _current["torus"]
 
 
 def torus() -> TorusAllreduce:

@@ -77,9 +77,14 @@ class TorusAllreduce:
 
     ``guard`` (an argument only): the Horovod transport's deadline,
     :class:`horovod_torus.tensorflow.guard.ExchangeGuard` (None: none).
+    ``horovod_transport``: the object behind ``transport="horovod"`` (None: a
+    :class:`horovod_torus.tensorflow.transports.HorovodTransport` on the row and column process sets with
+    ``guard``; an elastic job passes a
+    :class:`horovod_torus.tensorflow.elastic_transport.GlobalSetTransport`).
     """
 
-    def __init__(self, process_sets, transport: str, torus_comm=None, min_torus_bytes: int = 0, guard=None):
+    def __init__(self, process_sets, transport: str, torus_comm=None, min_torus_bytes: int = 0, guard=None,
+                 horovod_transport=None):
         if transport not in TRANSPORTS:
             raise ValueError(f"transport={transport!r}: choose one of {', '.join(TRANSPORTS)}")
         if transport == "mpi" and torus_comm is None:
@@ -97,7 +102,7 @@ class TorusAllreduce:
         self._pending_crossover = None  # (cache_dir, launcher): "auto" still to resolve at the first call
         # init must not start TensorFlow's runtime (users pin GPUs after hvd.init, as with Horovod): the
         # Horovod transport creates its call counter variable at its first call.
-        self._horovod = HorovodTransport(process_sets, guard=guard)
+        self._horovod = horovod_transport or HorovodTransport(process_sets, guard=guard)
 
     def __repr__(self) -> str:
         return (f"TorusAllreduce(grid={self.grid}, rank={self.rank}, transport={self.transport!r}, "

@@ -52,3 +52,4 @@ def allgather(value, name=None):
 def broadcast(value, root_rank, name=None):
     """``horovod.tensorflow.keras.broadcast``: rank ``root_rank``'s value on every rank."""
     return _hvd_tf.broadcast(tf.constant(value, name=name), root_rank)
+from horovod_torus.tensorflow.keras import elastic  # noqa: F401,E402

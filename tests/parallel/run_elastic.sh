@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The elastic torus on one host (tests/parallel/test_elastic.py): an uninterrupted 4-rank run, then a run
+# that loses a "node" (2 ranks, host name 127.0.0.1 or localhost) mid-epoch and gets it back. Each run is
+# a real elastic horovodrun --gloo launch; pytest runs here, not under a launcher. About 2-3 minutes.
+# Prints "elastic: N passed, M failed".
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+PYTHON="${PYTHON:-$PWD/.venv/bin/python}"
+xml=$(mktemp /tmp/horovod-torus-elastic.XXXXXX.xml)
+timeout --kill-after=30 900 "$PYTHON" -m pytest -q -p no:cacheprovider --junitxml="$xml" tests/parallel/test_elastic.py
+rc=$?
+read -r p f <<<"$("$PYTHON" - "$xml" <<'PY'
+import sys, xml.etree.ElementTree as ET
+try:
+    s = ET.parse(sys.argv[1]).getroot()
+    s = s if s.tag == "testsuite" else s.find("testsuite")
+    t, f, e, k = (int(s.get(a, 0)) for a in ("tests", "failures", "errors", "skipped"))
+    print(t - f - e - k, f + e)
+except Exception:
+    print(0, 1)
+PY
+)"
+echo "elastic: $p passed, $f failed"
+[ "$rc" -eq 0 ] && [ "$f" -eq 0 ] && [ "$p" -eq 2 ]

@@ -83,6 +83,9 @@ class TrainConfig:
                                 "MODULE[,...]")
     grid: str = _opt("", "the torus grid, X*Y = the rank count; '' = HOROVOD_TORUS_GRID or the default grid",
                      "XxY")
+    min_torus_bytes: str = _opt("", "fused gradient buffers below this many bytes take the flat all-reduce: "
+                                    "0 always the torus, auto the crossover calibrated at init; '' = "
+                                    "HOROVOD_TORUS_MIN_BYTES, else auto", "BYTES|auto")
     output_dir: str = _opt("runs/demo", "where rank 0 writes checkpoints, logs, summary.json and config.json",
                            "DIR")
     resume: bool = _opt(False, "continue from the latest checkpoint in --output-dir")
@@ -149,6 +152,10 @@ class AppConfig:
             raise ValueError(f"pipeline_threads={self.data.pipeline_threads} must be >= 0 (0 = tf.data AUTOTUNE)")
         if self.train.epochs < 1:
             raise ValueError(f"epochs={self.train.epochs} must be >= 1")
+        mtb = self.train.min_torus_bytes.strip().lower()
+        if mtb not in ("", "auto") and not mtb.isdigit():
+            raise ValueError(f"min_torus_bytes={self.train.min_torus_bytes!r}: give a number of bytes >= 0 "
+                             f"(0: always the torus), auto, or '' (HOROVOD_TORUS_MIN_BYTES, else auto)")
         if self.train.commit_every < 1:
             raise ValueError(f"commit_every={self.train.commit_every} must be >= 1 (batches between commits)")
         if not 0.0 <= self.optim.label_smoothing < 1.0:
@@ -161,7 +168,8 @@ class AppConfig:
 # Preset recipes. Only the fields that differ from the defaults are listed.
 PRESETS: dict[str, dict[str, dict]] = {
     # The `make demo` recipe: 4 ranks on a 2x2 torus, 2 CPU cores, Fashion-MNIST; target >= 0.85 val top-1
-    # within 20 minutes. How the values were chosen, with the measurements: docs/notes/demo_recipe.md.
+    # within 20 minutes. min_torus_bytes 0: the demo runs the torus (on one host the calibrated crossover
+    # would choose the flat all-reduce). How the values were chosen, with the measurements: docs/notes/demo_recipe.md.
     "fashion_mnist_demo": {
         "data": {"dataset": "fashion_mnist", "image_size": 32, "channels": 1, "num_classes": 10,
                  "train_examples": 60000, "augment": "flip", "pipeline_threads": 1},
@@ -169,7 +177,7 @@ PRESETS: dict[str, dict[str, dict]] = {
         "optim": {"optimizer": "adam", "base_lr": 0.001, "base_batch": 256, "warmup_epochs": 0.3,
                   "decay": "cosine", "label_smoothing": 0.1},
         "train": {"epochs": 3, "batch_schedule": "0:256,1:512", "output_dir": "runs/fashion_mnist_demo",
-                  "intra_op_threads": 1, "inter_op_threads": 1},
+                  "intra_op_threads": 1, "inter_op_threads": 1, "min_torus_bytes": "0"},
     },
     # `make smoke`: about a minute on 2 cores with 4 ranks (start-up included), the tiny model on 20,000
     # training images, validated on the whole test set; the Makefile checks its val top-1 (>= 0.5, chance

@@ -93,7 +93,7 @@ def train(cfg: AppConfig) -> TrainResult:
     from keras_app.report import EpochRecorder, plot_run, write_summary
     from keras_app.schedules import steps_per_epoch
 
-    hvd.init(grid=cfg.train.grid or None)
+    hvd.init(grid=cfg.train.grid or None, min_torus_bytes=cfg.train.min_torus_bytes or None)
     pin_gpu()               # GPU = local rank, memory growth; before the first TensorFlow op
     size, rank = hvd.size(), hvd.rank()
     cfg.validate(size)
@@ -139,7 +139,10 @@ def train(cfg: AppConfig) -> TrainResult:
         callbacks += [CheckpointCallback(store, recorder, lr_cb),
                       keras.callbacks.TensorBoard(os.path.join(out, "tensorboard"), write_graph=False,
                                                   profile_batch=0)]
-        print(f"keras_app: {size} ranks, grid {grid}, strategy {cfg.train.strategy}, "
+        crossover = hvd.torus().min_torus_bytes
+        flat = ("always the torus" if crossover == 0 else "flat all-reduce always" if crossover >= 2 ** 62
+                else f"flat all-reduce below {crossover} B")
+        print(f"keras_app: {size} ranks, grid {grid}, strategy {cfg.train.strategy} ({flat}), "
               f"{n_train} training images/epoch, batch schedule {batch_control.schedule}, "
               f"epochs {cfg.train.epochs}" + (f", resumed after epoch {start}" if start else ""), flush=True)
     callbacks.append(StopTogetherCallback(on_nan="raise"))   # last: a stop or a NaN loss on any rank stops all

@@ -48,3 +48,21 @@ def test_bad_values_named():
         parse_args(["--no-such-flag", "1"])
     with pytest.raises(ValueError, match=r"pipeline_threads=-1 must be >= 0 \(0 = tf.data AUTOTUNE\)"):
         parse_args(["--pipeline-threads", "-1"]).validate()
+
+
+@pytest.mark.parametrize("value,ok", [("", True), ("auto", True), ("0", True), ("1048576", True),
+                                      ("-1", False), ("1M", False)])
+def test_min_torus_bytes_is_checked_before_init(value, ok):
+    from keras_app.config import AppConfig
+    cfg = AppConfig()
+    cfg.train.min_torus_bytes = value
+    if ok:
+        cfg.validate()
+    else:
+        with pytest.raises(ValueError, match="min_torus_bytes"):
+            cfg.validate()
+
+
+def test_the_demo_runs_the_torus():
+    from keras_app.config import PRESETS
+    assert PRESETS["fashion_mnist_demo"]["train"]["min_torus_bytes"] == "0"

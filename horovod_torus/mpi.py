@@ -126,6 +126,7 @@ class TorusComm:
         self.calls = 0
         self.deadline = deadline
         self._clock: CallClock | None = None  # the deadline of the call in progress
+        self._heard: dict = {}  # the roll-call messages received so far (CallClock.heard)
         self._workspace: dict = {}
         self._pending = None  # (length, out, block view) of the last reduce-scatter, for allgather
         self.min_torus_bytes = 0
@@ -284,7 +285,7 @@ class TorusComm:
         :class:`horovod_torus.stall.CallClock`, so a rank that skipped the call, stopped early or died makes
         the waiting ranks raise :class:`horovod_torus.stall.TorusStallError` (naming the call, ``name`` and
         the ranks that did not arrive) instead of blocking forever."""
-        self._clock = CallClock(self.comm, self.alarm, self.calls + 1, name, self.grid, self.deadline)
+        self._clock = CallClock(self.comm, self.alarm, self.calls + 1, name, self.grid, self.deadline, self._heard)
         try:
             yield
         finally:

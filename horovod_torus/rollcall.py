@@ -9,12 +9,17 @@ ask each other over a second channel:
 * :class:`StoreChannel` (``horovodrun --gloo``, no MPI world): the runner's rendezvous key-value store
   (HTTP, ``HOROVOD_GLOO_RENDEZVOUS_ADDR``/``_PORT``), the channel :mod:`horovod_torus.agreement` uses.
 
-Both offer the same three steps: :meth:`announce` (this rank waits in call ``c``), :meth:`arrivals` (the
-ranks that announced ``c`` within some seconds: the others did not make the call) and
-:meth:`publish_verdict` / :meth:`verdict` (the outcome one waiting rank decided, for the ranks whose
-Horovod op ended before their own deadline, and for the rank that left); and :meth:`publish_note` /
-:meth:`note`: why a rank left the torus (the callback that stopped its training). Cost: only after a deadline
-has passed; per waiting rank O(N) messages or requests (N ranks), nothing on the data path.
+Both offer the same steps: :meth:`announce` (this rank waits in call ``c``), :meth:`opened` (has another
+rank announced ``c``: a rank that enters a call late joins a roll call already open instead of waiting for
+its own deadline), :meth:`arrivals` (the ranks that announced ``c`` before the roll call's :class:`Tally`
+was final: the others did not make the call), :meth:`publish_verdict` / :meth:`verdict` (the outcome one
+waiting rank decided, for the ranks whose Horovod op ended before their own deadline, and for the rank that
+left), :meth:`publish_note` / :meth:`note` (why a rank left the torus: the callback that stopped its
+training) and :meth:`publish_exit` / :meth:`exited` (a rank with a stall has run its error handling and
+exits: the ranks wait for each other before exiting, so that a launcher that ends the job at the first
+non-zero exit, ``horovodrun``, does not kill a rank before it raised). Cost: nothing per normal call; only
+after a deadline has passed (or a call waited :data:`LISTEN_AFTER_SECONDS`: one probe or store request per
+watchdog tick), per waiting rank O(N) messages or requests (N ranks), nothing on the data path.
 """
 from __future__ import annotations
 
@@ -23,9 +28,82 @@ import time
 import urllib.error
 import urllib.request
 
-__all__ = ["MPIChannel", "StoreChannel", "channel_for"]
+__all__ = ["MPIChannel", "StoreChannel", "channel_for", "Tally", "ROLL_CALL_SECONDS", "ROLL_CALL_LIMIT_SECONDS",
+           "LISTEN_AFTER_SECONDS"]
 
 _POLL_SECONDS = 0.05
+
+#: Seconds without a new arrival after which a roll call's verdict is final (counted from the moment this
+#: rank joined the roll call, or from the last rank that announced itself since).
+ROLL_CALL_SECONDS = 3.0
+
+#: The most seconds a roll call collects after this rank joined it, however many ranks are still expected:
+#: the verdict comes within the deadline + this + a poll.
+ROLL_CALL_LIMIT_SECONDS = 8.0
+
+#: Seconds a call waits before its rank looks for a roll call other ranks opened for it (calls that end
+#: sooner cost nothing).
+LISTEN_AFTER_SECONDS = 1.0
+
+
+class Tally:
+    """One rank's count of one roll call: who announced call ``call``, and when the verdict is final.
+
+    Args:
+        call: the call number; ``rank``, ``size``: this rank (counted as arrived) and the world size.
+        now: ``time.monotonic()`` when this rank joined the roll call (seconds).
+        quiet: seconds without news after which the verdict is final (:data:`ROLL_CALL_SECONDS`).
+        limit: seconds after ``now`` after which it is final whatever is expected
+            (:data:`ROLL_CALL_LIMIT_SECONDS`).
+
+    A rank is *expected* while it said it still waits in an earlier call (:meth:`hear` with ``at < call``):
+    it will reach this one, so the verdict waits for it, up to ``limit``. Pure bookkeeping (no I/O).
+    """
+
+    def __init__(self, call: int, rank: int, size: int, now: float, quiet: float = ROLL_CALL_SECONDS,
+                 limit: float = ROLL_CALL_LIMIT_SECONDS):
+        self.call, self.size, self.quiet = int(call), int(size), float(quiet)
+        self.arrived: set[int] = {int(rank)}
+        self.behind: dict[int, int] = {}  # rank -> the earlier call it still waits in
+        self.news, self.until = float(now), float(now) + float(limit)
+
+    def hear(self, src: int, at: int, now: float) -> None:
+        """Rank ``src`` said (at ``now``) that it waits in call ``at``: ``at == call``: it arrived;
+        ``at < call``: it is expected; a later call: ignored (it is not waiting in this one)."""
+        src, at = int(src), int(at)
+        if src in self.arrived:
+            return
+        if at == self.call:
+            self.arrived.add(src)
+            self.behind.pop(src, None)
+            self.news = now
+        elif at < self.call and self.behind.get(src) != at:
+            self.behind[src] = at
+            self.news = now
+
+    def final(self, now: float) -> bool:
+        """True once every rank arrived, the limit passed, or no rank is expected and ``quiet`` seconds
+        passed without news."""
+        if len(self.arrived) >= self.size or now >= self.until:
+            return True
+        return not self.behind and now >= self.news + self.quiet
+
+    def missing(self) -> list[int]:
+        """The ranks that did not arrive (ascending)."""
+        return [r for r in range(self.size) if r not in self.arrived]
+
+
+def _collect(channel, call: int, quiet: float, limit: float, poll: float) -> set[int]:
+    """The ranks (this one included) that announced ``call`` on ``channel`` before its :class:`Tally` was
+    final (waiting for at most ``limit`` seconds)."""
+    tally = Tally(call, channel.rank, channel.size, time.monotonic(), quiet, limit)
+    while True:
+        now = time.monotonic()
+        for src in channel.heard(call):
+            tally.hear(src, call, now)
+        if tally.final(now):
+            return tally.arrived
+        time.sleep(poll)
 
 
 class MPIChannel:
@@ -33,14 +111,16 @@ class MPIChannel:
 
     Args:
         comm: mpi4py intra-communicator used for nothing else.
-        tag: first of the two tags it uses (announce, verdict).
+        tag: first of the four tags it uses (announce, verdict, note, exit).
     """
 
     def __init__(self, comm, tag: int = 75):
         self.comm, self.rank, self.size = comm, comm.Get_rank(), comm.Get_size()
-        self._tags = {"announce": tag, "verdict": tag + 1, "note": tag + 2}
+        self._tags = {"announce": tag, "verdict": tag + 1, "note": tag + 2, "exit": tag + 3}
         self._verdicts: list[dict] = []
         self._notes: dict[int, str] = {}
+        self._heard: dict[int, set[int]] = {}  # call -> the ranks that announced it (kept across calls)
+        self._exits: set[int] = set()
 
     def _send_all(self, kind: str, obj, to=None) -> None:
         for r in (range(self.size) if to is None else to):
@@ -59,13 +139,21 @@ class MPIChannel:
         """Tell every other rank that this one waits in ``call``."""
         self._send_all("announce", int(call))
 
-    def arrivals(self, call: int, seconds: float) -> set[int]:
-        """The ranks (this one included) that announced ``call`` within ``seconds``."""
-        arrived, until = {self.rank}, time.monotonic() + seconds
-        while len(arrived) < self.size and time.monotonic() < until:
-            arrived.update(src for src, c in self._drain("announce") if c == call)
-            time.sleep(_POLL_SECONDS)
-        return arrived
+    def heard(self, call: int) -> set[int]:
+        """The other ranks that have announced ``call`` so far (no wait)."""
+        for src, c in self._drain("announce"):
+            self._heard.setdefault(int(c), set()).add(src)
+        return set(self._heard.get(int(call), ()))
+
+    def opened(self, call: int) -> bool:
+        """Whether another rank has announced ``call`` (a roll call for it is open)."""
+        return bool(self.heard(call))
+
+    def arrivals(self, call: int, quiet: float = ROLL_CALL_SECONDS,
+                 limit: float = ROLL_CALL_LIMIT_SECONDS) -> set[int]:
+        """The ranks (this one included) that announced ``call`` before the roll call's :class:`Tally` was
+        final (``quiet`` seconds without a new one, at most ``limit`` seconds)."""
+        return _collect(self, call, quiet, limit, _POLL_SECONDS)
 
     def publish_verdict(self, verdict: dict) -> None:
         """Send ``verdict`` (a small dict) to every other rank."""
@@ -101,6 +189,19 @@ class MPIChannel:
                 return self._notes.get(rank)
             time.sleep(_POLL_SECONDS)
 
+    def publish_exit(self) -> None:
+        """Tell every other rank that this one has run its error handling and exits."""
+        self._send_all("exit", self.rank)
+
+    def exited(self, ranks, seconds: float) -> set[int]:
+        """The ranks of ``ranks`` that published their exit, waiting up to ``seconds`` for all of them."""
+        want, until = set(ranks) - {self.rank}, time.monotonic() + seconds
+        while True:
+            self._exits.update(src for src, _ in self._drain("exit"))
+            if want <= self._exits or time.monotonic() >= until:
+                return want & self._exits
+            time.sleep(_POLL_SECONDS)
+
 
 class StoreChannel:
     """The roll call over the rendezvous store of ``horovodrun --gloo`` (keys under one scope per init).
@@ -128,14 +229,18 @@ class StoreChannel:
 
     def announce(self, call: int) -> None:
         self._put(f"call{int(call)}_{self.rank}", int(call))
+        self._put(f"open{int(call)}", self.rank)  # one key for opened(): the first and every later announcer
 
-    def arrivals(self, call: int, seconds: float) -> set[int]:
-        arrived, until = {self.rank}, time.monotonic() + seconds
-        while len(arrived) < self.size and time.monotonic() < until:
-            arrived.update(r for r in range(self.size)
-                           if r not in arrived and self._get(f"call{int(call)}_{r}") is not None)
-            time.sleep(max(_POLL_SECONDS, 0.25))
-        return arrived
+    def heard(self, call: int) -> set[int]:
+        return {r for r in range(self.size) if r != self.rank and self._get(f"call{int(call)}_{r}") is not None}
+
+    def opened(self, call: int) -> bool:
+        """One request (asked before this rank announces ``call``, so any announcer is another rank)."""
+        return self._get(f"open{int(call)}") is not None
+
+    def arrivals(self, call: int, quiet: float = ROLL_CALL_SECONDS,
+                 limit: float = ROLL_CALL_LIMIT_SECONDS) -> set[int]:
+        return _collect(self, call, quiet, limit, max(_POLL_SECONDS, 0.25))
 
     def publish_verdict(self, verdict: dict) -> None:
         self._put("verdict", verdict)
@@ -161,6 +266,17 @@ class StoreChannel:
             found = self._get(f"note_{rank}")
             if found is not None or time.monotonic() >= until:
                 return found
+            time.sleep(max(_POLL_SECONDS, 0.25))
+
+    def publish_exit(self) -> None:
+        self._put(f"exit_{self.rank}", self.rank)
+
+    def exited(self, ranks, seconds: float) -> set[int]:
+        want, until, done = set(ranks) - {self.rank}, time.monotonic() + seconds, set()
+        while True:
+            done.update(r for r in want - done if self._get(f"exit_{r}") is not None)
+            if want <= done or time.monotonic() >= until:
+                return done
             time.sleep(max(_POLL_SECONDS, 0.25))
 
 

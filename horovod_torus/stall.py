@@ -6,9 +6,13 @@ blocked. The MPI transport therefore issues every collective and point-to-point 
 non-blocking request and waits through :meth:`CallClock.wait`, which tests the requests
 (``MPI_Testall``) until they complete or the call's deadline passes. Then, on every rank that is waiting:
 
-1. a *roll call* on a private communicator: each waiting rank sends the number of the call it waits in to
-   every other rank and collects, for :data:`ROLL_CALL_SECONDS`, the numbers the other waiting ranks send;
-   the ranks that sent the same call number arrived, the others did not;
+1. a *roll call* on a private communicator: a rank whose wait passed the deadline sends the number of its
+   call to every other rank; a rank waiting in the same call that sees it (it looks every
+   :data:`_LOOK_SECONDS` while it waits, so a rank that entered the call late looks as soon as it enters)
+   sends its own at once, a rank still waiting in an earlier call answers that it is behind (it is
+   *expected*); each rank collects the numbers until its :class:`horovod_torus.rollcall.Tally` is final
+   (:data:`ROLL_CALL_SECONDS` without a new arrival and nobody expected, at most
+   :data:`ROLL_CALL_LIMIT_SECONDS`): the ranks that sent the same call number arrived, the others did not;
 2. :class:`TorusStallError` is raised, naming the call number, its name, the deadline and the ranks that
    did not arrive, so ``fit``'s ``on_train_end``, a ``BackupAndRestore`` and the user's ``finally`` run;
 3. the pending requests cannot be cancelled (MPI has no cancel for collectives), so the communicators are
@@ -16,6 +20,11 @@ non-blocking request and waits through :meth:`CallClock.wait`, which tests the r
    waits (up to :data:`EXIT_GRACE_SECONDS`) until they are exiting too, so that every one has run its own
    error handling, then ends the job with ``MPI_Abort`` (every rank, including one that left early, exits
    non-zero) instead of hanging in ``MPI_Finalize``.
+
+Cost when nothing stalls: no message; a call still waiting after :data:`_TESTS_PER_CHECK` tests reads the
+clock (every that many tests: on an oversubscribed node Open MPI yields the CPU in every test, so a test
+can take milliseconds) and probes the roll-call communicator (``MPI_Iprobe``, local) at most every
+:data:`_LOOK_SECONDS`.
 
 A skipped call or a one-rank stop is a :class:`TorusStallError` (not Horovod's ``HorovodInternalError``,
 which Horovod's elastic mode treats as a lost rank and resets).
@@ -31,11 +40,18 @@ import time
 
 import numpy as np
 
-__all__ = ["TorusStallError", "CallClock", "stall_error", "left_error", "note_stop", "last_stop", "ROLL_CALL_SECONDS",
-           "EXIT_GRACE_SECONDS", "exit_check_mpi", "left_stall"]
+from horovod_torus.rollcall import ROLL_CALL_LIMIT_SECONDS, ROLL_CALL_SECONDS, Tally
 
-#: Seconds the waiting ranks spend collecting each other's roll-call messages after the deadline.
-ROLL_CALL_SECONDS = 3.0
+__all__ = ["TorusStallError", "CallClock", "stall_error", "left_error", "note_stop", "last_stop", "ROLL_CALL_SECONDS",
+           "ROLL_CALL_LIMIT_SECONDS", "EXIT_GRACE_SECONDS", "exit_check_mpi", "left_stall"]
+
+#: Seconds between two looks of a waiting call for roll-call messages (after its first tests).
+_LOOK_SECONDS = 0.05
+
+#: Tests of a call's requests between two readings of the clock. Measured on 2 cores oversubscribed (4 ranks
+#: and 3 busy loops on one core): 1024 tests took 7 s (Open MPI yields in each test), which put the deadline
+#: and the roll call 7 s late.
+_TESTS_PER_CHECK = 16
 
 #: Seconds a stalled process waits at exit for the other stalled ranks to be exiting before MPI_Abort.
 EXIT_GRACE_SECONDS = 10.0
@@ -51,16 +67,22 @@ class TorusStallError(RuntimeError):
         call: the call number (1-based, per TorusComm). ``name``: the call's name or "".
         missing: the ranks (of the torus communicator) that did not report waiting in this call.
         deadline: the deadline in seconds.
+        by: the rank whose wait passed the deadline and opened the roll call, or decided the verdict
+            (None: none, e.g. a rank left the torus); another rank's number means this rank raised before
+            its own deadline because that rank's verdict was final.
     """
 
-    def __init__(self, message: str = "", call: int = 0, name: str = "", missing=(), deadline: float = 0.0):
+    def __init__(self, message: str = "", call: int = 0, name: str = "", missing=(), deadline: float = 0.0,
+                 by: int | None = None):
         super().__init__(message)
-        self.call, self.name, self.missing, self.deadline = call, name, tuple(missing), deadline
+        self.call, self.name, self.missing, self.deadline, self.by = call, name, tuple(missing), deadline, by
 
 
-def stall_error(call: int, name: str, grid, deadline: float, missing, ending: str) -> TorusStallError:
+def stall_error(call: int, name: str, grid, deadline: float, missing, ending: str,
+                by: int | None = None) -> TorusStallError:
     """The :class:`TorusStallError` of call number ``call`` (``name``) on ``grid`` that waited ``deadline``
-    seconds for ``missing`` (ranks; None: unknown); ``ending`` says what happens next (transport-specific)."""
+    seconds for ``missing`` (ranks; None: unknown); ``ending`` says what happens next (transport-specific);
+    ``by``: :attr:`TorusStallError.by`."""
     label = f" {name!r}" if name else ""
     who = list(missing) if missing is not None else "unknown to this rank (no roll-call channel)"
     stop = last_stop()
@@ -70,7 +92,7 @@ def stall_error(call: int, name: str, grid, deadline: float, missing, ending: st
         f"ranks; rank(s) {who} did not make this call (a rank skipped it, stopped early, e.g. a Keras callback "
         f"that stopped training on one rank only, or died){here}. {ending}. Stop every rank together "
         f"(horovod_torus.tensorflow.keras.callbacks.StopTogetherCallback) or make the same torus calls on every "
-        f"rank", call, name, missing or (), deadline)
+        f"rank", call, name, missing or (), deadline, by)
 
 
 def left_error(rows, left, rank: int, grid, why: str = "") -> TorusStallError:
@@ -119,60 +141,92 @@ class CallClock:
         alarm: a second private duplicate of it, for the roll call only.
         call: the call number; ``name``: the call's name; ``grid``: for the message.
         deadline: seconds the call may wait in total, or None (wait forever, ``MPI_Waitall``).
+        heard: the roll-call messages this process received so far, ``{call: {rank: call it waits in}}``
+            (one dict per TorusComm, kept across calls: a roll call may open while this rank is still in
+            the call before).
     """
 
-    def __init__(self, comm, alarm, call: int, name: str, grid, deadline: float | None):
+    def __init__(self, comm, alarm, call: int, name: str, grid, deadline: float | None, heard=None):
         self.comm, self.alarm, self.call, self.name, self.grid = comm, alarm, call, name, grid
         self.deadline = deadline
+        self.heard = {} if heard is None else heard
         self.start = time.monotonic()
+        self._answered: set[tuple[int, int]] = set()  # (rank, call) told that this rank is behind
+        self._sent: list = []  # (buffer, request) of the roll-call sends, alive until the process ends
 
     def wait(self, requests) -> None:
-        """Complete ``requests`` (a list of ``MPI.Request``), or raise :class:`TorusStallError` once the
-        call has waited :attr:`deadline` seconds (after the roll call)."""
+        """Complete ``requests`` (a list of ``MPI.Request``), or raise :class:`TorusStallError` (after the
+        roll call) once the call has waited :attr:`deadline` seconds, or once another rank's roll call for
+        this call is open (this rank then joins it)."""
         from mpi4py import MPI
 
         if not self.deadline:
             MPI.Request.Waitall(requests)
             return
         give_up = self.start + self.deadline
-        spins = 0
+        spins, look = 0, 0.0
         # Busy testing, as MPI's own blocking waits do: MPI moves data only inside MPI calls (no progress
         # thread), so napping between tests would slow every large transfer.
         while not MPI.Request.Testall(requests):
             spins += 1
-            if spins % 1024 == 0 and time.monotonic() > give_up:
-                self._raise()
+            if spins % _TESTS_PER_CHECK:
+                continue
+            now = time.monotonic()
+            if now > give_up:
+                self._raise(self.alarm.Get_rank())
+            if now >= look:
+                look = now + _LOOK_SECONDS
+                opener = self._listen()
+                if opener is not None:
+                    self._raise(opener)
 
-    def _raise(self):
+    def _send(self, words, dest: int) -> None:
+        buf = np.array(words, np.int64)
+        self._sent.append((buf, self.alarm.Isend(buf, dest=dest, tag=_ROLL_CALL_TAG)))  # never waited for
+
+    def _listen(self) -> int | None:
+        """Receive the roll-call messages that came (``[call asked, call the sender waits in]``) into
+        :attr:`heard`; tell a rank whose roll call is for a later call that this one is behind; return the
+        first rank that opened a roll call for this call, or None."""
+        from mpi4py import MPI
+
+        status = MPI.Status()
+        while self.alarm.Iprobe(source=MPI.ANY_SOURCE, tag=_ROLL_CALL_TAG, status=status):
+            got, src = np.empty(2, np.int64), status.Get_source()
+            self.alarm.Recv(got, source=src, tag=_ROLL_CALL_TAG)
+            asked, at = int(got[0]), int(got[1])
+            self.heard.setdefault(asked, {})[src] = at
+            if asked > self.call and at == asked and (src, asked) not in self._answered:
+                self._answered.add((src, asked))
+                self._send([asked, self.call], src)
+        return next((src for src, at in self.heard.get(self.call, {}).items() if at == self.call), None)
+
+    def _raise(self, opener: int):
         missing = self._roll_call()
         _abort_at_exit(self.alarm, [r for r in range(self.alarm.Get_size())
                                     if r not in missing and r != self.alarm.Get_rank()])
+        here = "" if opener == self.alarm.Get_rank() else (
+            f" (this rank joined the roll call of rank {opener}, whose wait passed the deadline first)")
         raise stall_error(self.call, self.name, self.grid, self.deadline, missing,
                           "The torus communicators cannot be used again: the job ends with MPI_Abort when this "
-                          "process exits")
+                          f"process exits{here}", opener)
 
     def _roll_call(self) -> list[int]:
-        """Ranks that did not report waiting in this call within ROLL_CALL_SECONDS (collective only among
-        the waiting ranks: every send is non-blocking and never waited for)."""
-        from mpi4py import MPI
-
+        """Ranks that did not report waiting in this call before this rank's Tally was final (collective
+        only among the waiting ranks: every send is non-blocking and never waited for)."""
         me, size = self.alarm.Get_rank(), self.alarm.Get_size()
-        mine = np.array([self.call], np.int64)
         for r in range(size):
             if r != me:
-                self.alarm.Isend(mine, dest=r, tag=_ROLL_CALL_TAG)
-        arrived = {me}
-        until = time.monotonic() + ROLL_CALL_SECONDS
-        status = MPI.Status()
-        while time.monotonic() < until and len(arrived) < size:
-            if self.alarm.Iprobe(source=MPI.ANY_SOURCE, tag=_ROLL_CALL_TAG, status=status):
-                got = np.empty(1, np.int64)
-                self.alarm.Recv(got, source=status.Get_source(), tag=_ROLL_CALL_TAG)
-                if int(got[0]) == self.call:
-                    arrived.add(status.Get_source())
-            else:
-                time.sleep(0.01)
-        return [r for r in range(size) if r not in arrived]
+                self._send([self.call, self.call], r)
+        tally = Tally(self.call, me, size, time.monotonic())
+        while True:
+            self._listen()
+            now = time.monotonic()
+            for src, at in self.heard.get(self.call, {}).items():
+                tally.hear(src, at, now)
+            if tally.final(now):
+                return tally.missing()
+            time.sleep(0.01)
 
 
 def _abort_at_exit(alarm, peers: list[int]) -> None:

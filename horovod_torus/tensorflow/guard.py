@@ -19,13 +19,20 @@ call), so :class:`ExchangeGuard` runs that exchange, eagerly (inside ``tf.functi
 ``tf.py_function``, in program order), and a watchdog thread watches it:
 
 1. at half the deadline a waiting rank announces its call on the roll-call channel
-   (:mod:`horovod_torus.rollcall`); at the deadline it collects the other announcements for
-   :data:`horovod_torus.stall.ROLL_CALL_SECONDS`: the ranks that did not announce the call are missing;
+   (:mod:`horovod_torus.rollcall`), and so does, at once, a rank that entered the call later and finds
+   (looking once per watchdog tick after :data:`horovod_torus.rollcall.LISTEN_AFTER_SECONDS`) that another
+   rank announced it; at the deadline it collects the announcements until its
+   :class:`horovod_torus.rollcall.Tally` is final (:data:`horovod_torus.stall.ROLL_CALL_SECONDS` without a
+   new one, at most :data:`horovod_torus.stall.ROLL_CALL_LIMIT_SECONDS`): the ranks that did not announce
+   the call are missing;
 2. it publishes the verdict (call, name, missing ranks) and shuts Horovod down, which ends the pending ops
    on every rank (Horovod's shutdown reaches all ranks through the global set's negotiation);
 3. the exchange catches the ended op and raises :class:`horovod_torus.stall.TorusStallError` (as
    :class:`horovod_torus.tensorflow.transports.TorusStallTFError`) with the verdict, on every waiting
-   rank, within the deadline + ROLL_CALL_SECONDS + a poll.
+   rank, within the deadline + ROLL_CALL_SECONDS (ROLL_CALL_LIMIT_SECONDS at most) + a poll;
+4. at the process's exit (:func:`exit_check`) a rank with a stall tells the others it exits and waits (up
+   to the deadline) until the other ranks still in play do too, so that a launcher that ends the job at
+   the first non-zero exit (``horovodrun``) does not kill a rank before it has raised and run its handlers.
 
 An op that fails before the deadline without a verdict (a rank died: Horovod's own error) is re-raised
 unchanged: Horovod's error, which ``hvd.elastic`` treats as a lost rank; a stall is not (it terminates).
@@ -40,9 +47,10 @@ import time
 import horovod.tensorflow as _hvd
 import tensorflow as tf
 
-from horovod_torus.stall import ROLL_CALL_SECONDS, TorusStallError, last_stop, stall_error
+from horovod_torus.rollcall import LISTEN_AFTER_SECONDS
+from horovod_torus.stall import EXIT_GRACE_SECONDS, ROLL_CALL_SECONDS, TorusStallError, last_stop, stall_error
 
-__all__ = ["ExchangeGuard", "ENDING", "leave", "exit_check"]
+__all__ = ["ExchangeGuard", "ENDING", "leave", "exit_check", "peers_in_play", "wait_for_peers"]
 
 #: What the message says happens after a stall on the Horovod transport.
 ENDING = ("Horovod was shut down on every rank to end the waiting ops: torus and Horovod calls fail from now "
@@ -130,7 +138,8 @@ class ExchangeGuard:
         if verdict is None:
             return None
         self.stall = stall_error(call, name, self.grid, self.deadline, verdict["missing"],
-                                 f"{ENDING} (decided by rank {verdict['by']} in call {verdict['call']})")
+                                 f"{ENDING} (decided by rank {verdict['by']} in call {verdict['call']})",
+                                 verdict["by"])
         return self.stall
 
     def _start(self):
@@ -149,8 +158,10 @@ class ExchangeGuard:
                 continue
             call, name, start = active
             waited = time.monotonic() - start
-            if self.channel is not None and announced != call and waited >= self.deadline / 2:
-                self.channel.announce(call)  # only a call already waiting half the deadline
+            if self.channel is not None and announced != call and (
+                    waited >= self.deadline / 2 or (waited >= min(LISTEN_AFTER_SECONDS, self.deadline / 4)
+                                                    and self.channel.opened(call))):
+                self.channel.announce(call)  # a call waiting half the deadline, or joining an open roll call
                 announced = call
             if waited < self.deadline or call in self._declared:
                 continue
@@ -163,12 +174,13 @@ class ExchangeGuard:
     def _declare(self, call, name):
         missing = None
         if self.channel is not None:
-            arrived = self.channel.arrivals(call, ROLL_CALL_SECONDS)
+            arrived = self.channel.arrivals(call)
             missing = [r for r in range(self.grid.size) if r not in arrived]
         with self._lock:
             if self._active is None or self._active[0] != call:
                 return  # the call completed during the roll call
-        self.stall = self._declared[call] = stall_error(call, name, self.grid, self.deadline, missing, ENDING)
+        self.stall = self._declared[call] = stall_error(call, name, self.grid, self.deadline, missing, ENDING,
+                                                        self.rank)
         if self.channel is not None:
             self.channel.publish_verdict({"call": call, "name": name, "missing": missing, "by": self.rank})
         print(f"horovod_torus: rank {self.rank}: {self.stall}", file=sys.stderr, flush=True)
@@ -188,7 +200,7 @@ def leave(transport) -> None:
 def exit_check(transport) -> None:
     """At the process's exit (registered by ``init`` on the Horovod transport): :func:`leave`, and exit
     with status 1, printing why, when this rank left while others still made torus calls, made fewer calls
-    than a stalled call waited for, or raised a stall itself."""
+    than a stalled call waited for, or raised a stall itself; before exiting, :func:`wait_for_peers`."""
     guard = transport.guard
     try:
         if guard.stall is None:
@@ -207,7 +219,27 @@ def exit_check(transport) -> None:
     else:
         print(f"horovod_torus: rank {transport.rank} exits with status 1: {stall}", file=sys.stderr, flush=True)
     sys.stdout.flush()
+    wait_for_peers(guard, stall, transport.rank)
     if _hvd.is_initialized():
         _hvd.shutdown()  # ends Horovod on every rank cleanly (an abrupt exit aborts the peers' Gloo threads)
     os._exit(1)
 
+
+def peers_in_play(stall: TorusStallError, rank: int, size: int) -> list[int]:
+    """The ranks a rank with ``stall`` waits for at its exit: every other rank, except, after a verdict
+    that named this rank present, the ranks it named missing (they may stay alive outside any call)."""
+    others = [r for r in range(size) if r != rank]
+    if stall.by is None or rank in stall.missing:  # a rank left (every rank exits), or this one was missing
+        return others
+    return [r for r in others if r not in stall.missing]
+
+
+def wait_for_peers(guard, stall: TorusStallError, rank: int) -> None:
+    """Tell the other ranks that this one exits after ``stall``, and wait (up to the deadline, or
+    :data:`horovod_torus.stall.EXIT_GRACE_SECONDS` without one) until
+    :func:`peers_in_play` exit too: ``horovodrun`` ends the job at the first non-zero exit, and a rank that
+    left first must not end it before the waiting ranks have raised and run their own handlers."""
+    if guard.channel is None:
+        return
+    guard.channel.publish_exit()
+    guard.channel.exited(peers_in_play(stall, rank, guard.grid.size), guard.deadline or EXIT_GRACE_SECONDS)

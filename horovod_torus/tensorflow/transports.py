@@ -51,11 +51,12 @@ class TorusMismatchTFError(tf.errors.FailedPreconditionError, TorusMismatchError
 
 class TorusStallTFError(tf.errors.DeadlineExceededError, TorusStallError):
     """A stalled torus call, as TensorFlow code sees it: a ``tf.errors.DeadlineExceededError`` that is also
-    a :class:`horovod_torus.stall.TorusStallError` with its ``call``, ``name`` and ``missing`` ranks."""
+    a :class:`horovod_torus.stall.TorusStallError` with its ``call``, ``name``, ``missing`` ranks and ``by``."""
 
     def __init__(self, exc: TorusStallError):
         tf.errors.DeadlineExceededError.__init__(self, None, None, str(exc))
         self.call, self.name, self.missing, self.deadline = exc.call, exc.name, exc.missing, exc.deadline
+        self.by = getattr(exc, "by", None)
 
 
 class TorusStallGraphError(TorusStallTFError, ValueError):

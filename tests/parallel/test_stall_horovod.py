@@ -9,13 +9,7 @@ import time
 
 import horovod_torus.tensorflow as hvd  # before TensorFlow (oneDNN default)
 import tensorflow as tf
-
-
-def report(rank, line):
-    """One result line: printed, and appended to STALL_DIR/rank<R>.txt (launcher output interleaves)."""
-    print(line, flush=True)
-    with open(os.path.join(os.environ.get("STALL_DIR", "/tmp"), f"rank{rank}.txt"), "a") as fh:
-        fh.write(line + "\n")
+from stall_report import report, waited_enough  # this script's directory is on sys.path
 
 
 def main():
@@ -41,7 +35,7 @@ def main():
                 kind_ok = (isinstance(exc, hvd.TorusStallError) and exc.call == 3 and tuple(exc.missing) == (3,)
                            and isinstance(exc, tf.errors.DeadlineExceededError))
             ok = (kind_ok and "torus all-reduce call 3 " in text and "rank(s) [3] did not make this call" in text
-                  and deadline <= took <= deadline + 10)
+                  and took <= deadline + 10 and waited_enough(took, deadline, text))
             report(rank, f"STALL {'OK' if ok else 'WRONG'} rank {rank} {type(exc).__name__} call 3 missing [3] "
                          f"after {took:.1f} s: {text[:300]}")
             report(rank, f"CLEANUP rank {rank}")  # a user's finally / on_train_end runs here

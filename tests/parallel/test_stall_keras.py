@@ -17,7 +17,7 @@ import os
 import sys
 import time
 
-from stall_report import report  # this script's directory is on sys.path
+from stall_report import report, waited_enough  # this script's directory is on sys.path
 
 import horovod_torus.tensorflow.keras as hvd  # before TensorFlow (oneDNN default)
 import keras
@@ -55,7 +55,7 @@ def main():
         ok = ("TorusStallGraphError: horovod_torus: torus all-reduce call" in str(exc)
               and isinstance(exc, tf.errors.InvalidArgumentError) and "rank(s) [0]" in str(exc)
               and "did not make this call" in str(exc) and took <= deadline + 10
-              and (deadline <= took if early == "sleep" else "they left the torus" in str(exc))
+              and (waited_enough(took, deadline, str(exc)) if early == "sleep" else "they left the torus" in str(exc))
               and (mpi or early == "sleep" or "keras.callbacks.TerminateOnNaN set model.stop_training" in str(exc)))
         report(rank, f"KERAS STALL {'OK' if ok else 'WRONG'} rank {rank} after {took:.1f} s: {str(exc)[:200]}")
         sys.exit(1)

@@ -21,13 +21,16 @@ from horovod_torus.topology import TorusTopology
 class FakeChannel:
     """Ranks ``present`` announce every call; records what this rank published."""
 
-    def __init__(self, present):
-        self.present, self.announced, self.verdicts = set(present), [], []
+    def __init__(self, present, opened=()):
+        self.present, self.announced, self.verdicts, self.open = set(present), [], [], set(opened)
 
     def announce(self, call):
         self.announced.append(call)
 
-    def arrivals(self, call, seconds):
+    def opened(self, call):
+        return call in self.open
+
+    def arrivals(self, call):
         return set(self.present)
 
     def publish_verdict(self, verdict):
@@ -104,12 +107,17 @@ def test_store_channel_roll_call_verdict_and_note():
         ranks[0].announce(5)
         ranks[1].announce(5)
         ranks[2].announce(6)  # waits in another call: missing from call 5
-        assert ranks[0].arrivals(5, 0.5) == {0, 1}
+        assert ranks[0].arrivals(5, quiet=0.5) == {0, 1}
+        assert ranks[2].opened(5) and not ranks[2].opened(7) and ranks[2].heard(5) == {0, 1}
         assert ranks[2].verdict() is None
         ranks[1].publish_verdict({"call": 5, "missing": [2], "by": 1})
         assert ranks[2].verdict(1.0) == {"call": 5, "missing": [2], "by": 1}
         ranks[2].publish_note("it stopped training: X", [0, 1])
         assert ranks[0].note(2, 1.0) == "it stopped training: X" and ranks[0].note(1, 0.0) is None
+        ranks[1].publish_exit()
+        assert ranks[0].exited([1, 2], 0.3) == {1}
+        ranks[2].publish_exit()
+        assert ranks[0].exited([0, 1, 2], 1.0) == {1, 2}
     finally:
         server.shutdown_server()
 

@@ -245,6 +245,12 @@ def _ablation_table(doc: dict) -> str:
     return markdown_table(doc) + "\n\n![validation and training top-1 against images seen, per arm](../ablation.png)"
 
 
+def _onednn_table(doc: dict) -> str:
+    from tools.onednn_ab import markdown_table
+
+    return f"Each launch: `{doc['launch']}`.\n\n" + markdown_table(doc)
+
+
 def _scaling_table(doc: dict) -> str:
     from tools.scaling import markdown_table
 
@@ -267,6 +273,14 @@ _DRIVERS = {
         "(ranks share the host's cores); the planner column is the cost model's gradient-sync time with "
         "alpha/beta fitted on this host's all-reduce benchmark. From `docs/scaling.json`.",
         "Command (recorded in the JSON)", _scaling_table),
+    "onednn_demo.json": (
+        "TensorFlow's oneDNN kernels in the demo's configuration",
+        "The demo's own configuration (4 ranks on a 2x2 torus, one intra-op and one inter-op thread per rank, "
+        "ResNet-50 at 32x32, global batch 512) in short runs with `TF_ENABLE_ONEDNN_OPTS=0` and `=1`, the order "
+        "alternating between rounds; each figure is the second epoch's training images/s of all ranks "
+        "(`summary.json`), and the state TensorFlow reported is checked against the one asked for. From "
+        "`docs/onednn_demo.json`.",
+        "Command (recorded in the JSON)", _onednn_table),
 }
 
 
@@ -306,6 +320,7 @@ _PAGES = {
     "cluster_train.md": ("ResNet-50 training on an emulated cluster", _cluster_train_page),
     "ablation.md": ("Ablation: batch-size control and label smoothing", _driver_page("ablation.json")),
     "scaling.md": ("Training throughput and scaling efficiency", _driver_page("scaling.json")),
+    "onednn.md": ("TensorFlow's oneDNN kernels in the demo's configuration", _driver_page("onednn_demo.json")),
     "bench_targets.md": ("Performance targets on one host", _bench_targets_page),
     "planner.md": ("Planner predictions for large clusters", _planner_page),
 }

@@ -100,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
             runs[state].append(ips)
             print(f"onednn_ab: round {r + 1}, oneDNN {'on' if state else 'off'}: {ips:.1f} images/s", flush=True)
     rows, speedup = summarise(runs)
-    host = {k: v for k, v in host.items() if k not in ("onednn", "TF_ENABLE_ONEDNN_OPTS")}
+    host = {**{k: v for k, v in host.items() if k not in ("onednn", "TF_ENABLE_ONEDNN_OPTS")},
+            "onednn": "off and on: one row each"}
     doc = {"command": "python -m tools.onednn_ab " + " ".join(argv if argv is not None else sys.argv[1:]),
            "settings": {k: v for k, v in vars(args).items() if k not in ("out", "json", "timeout")},
            "launch": " ".join(launch_args(args, "OUT")), "host": host, "rows": rows, "speedup": speedup}

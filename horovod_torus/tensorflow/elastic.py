@@ -57,9 +57,13 @@ __all__ = ["run", "reset", "KerasState", "CommitEvery", "is_rank_lost", "check_e
            "last_world_change", "RANK_LOST_MARKERS"]
 
 #: Substrings of the messages of errors that mean a rank is gone: Horovod's status after its background
-#: loop failed (horovod/common/common.h SHUT_DOWN_ERROR), and Gloo's transport errors.
+#: loop failed (horovod/common/common.h SHUT_DOWN_ERROR), and Gloo's transport errors: a peer's socket
+#: closed, or a receive/send that waited ``HOROVOD_GLOO_TIMEOUT_SECONDS`` for a peer that left
+#: (gloo/transport/tcp/unbound_buffer.cc "Timed out waiting ...ms for recv operation to complete", pair.cc
+#: "Application timeout caused pair closure": what a rank whose partner went into its own reset sees).
 RANK_LOST_MARKERS = ("Horovod has been shut down", "Connection reset by peer", "Connection closed by peer",
-                     "has been removed from elastic job")
+                     "has been removed from elastic job", "Application timeout caused pair closure",
+                     "for recv operation to complete", "for send operation to complete")
 
 _last_change: dict = {}
 

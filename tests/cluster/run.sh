@@ -4,7 +4,8 @@
 # --gloo, and removes the cluster afterwards whatever happens (trap). Counts come from every rank's JUnit
 # XML (tests/parallel/junit_counts.py): a launch fails when any rank's file is missing or reports a
 # failure or an error. Needs root (network namespaces): without it the test is
-# skipped with a message, unless CLUSTER_TEST=require (then it fails).
+# skipped with a message, unless CLUSTER_TEST=require (then it fails). Then the elastic test on its own
+# emulated 2 x 2 cluster (tests/cluster/test_elastic_cluster.py: a node lost and added back), about 1-3 min.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export PYTHON="${PYTHON:-$PWD/.venv/bin/python}"
@@ -47,4 +48,15 @@ for launcher in mpirun horovodrun; do
   total=$((total + p))
 done
 echo "cluster: $total passed on 2 launchers, $([ $fail = 0 ] && echo ok || echo FAILED)"
+cluster down >/dev/null 2>&1
+# the elastic torus on the emulated cluster (tests/cluster/test_elastic_cluster.py brings up its own 2 x 2
+# cluster): an uninterrupted run, then node1 lost mid-epoch and added back; pytest runs here, in the host
+echo "== cluster elastic test (2 nodes x 2 ranks, node wiring): node1 lost mid-epoch and added back"
+xml="$logroot/elastic.xml"
+timeout --kill-after=30 1200 "$PYTHON" -m pytest -q -p no:cacheprovider --junitxml="$xml" \
+  tests/cluster/test_elastic_cluster.py > "$logroot/elastic.log" 2>&1
+rc=$?
+read -r ep ef _ <<<"$("$PYTHON" tests/parallel/junit_counts.py --file "$xml")"
+echo "cluster elastic: ${ep:-0} passed, ${ef:-1} failed (exit $rc)"
+if [ "$rc" -ne 0 ] || [ "${ep:-0}" -ne 2 ]; then fail=1; tail -n 40 "$logroot/elastic.log"; fi
 exit $fail

@@ -1,12 +1,14 @@
 """Counts of a multi-rank pytest launch from the JUnit XML file each rank wrote (tests/parallel/rank_pytest.sh).
 
 Usage: junit_counts.py DIR NP   (DIR holds rank0.xml .. rank<NP-1>.xml)
+       junit_counts.py --file XML  (one pytest run's file, e.g. a test that drives launches itself)
 
 Prints one line, rank 0's counts: ``PASSED FAILED SKIPPED SUMMARY``, where FAILED counts failures and
 errors and SUMMARY is pytest's own wording (``3 passed, 1 skipped in 4.20s``; ``no JUnit XML`` when rank 0
 wrote none). Then one line per problem: a rank whose file is missing or unreadable, or that reports a
 failure or an error. Exit status: 0 when every rank's file is there with no failure or error and rank 0
-passed at least one test, else 1.
+passed at least one test, else 1. With ``--file``: the same first line for that one file (``0 1 0 ...``
+when it is missing or unreadable), exit 0 when it reports no failure or error.
 """
 from __future__ import annotations
 
@@ -36,7 +38,20 @@ def summary(c: dict) -> str:
     return f"{', '.join(parts) or 'no tests ran'} in {c['time']:.2f}s"
 
 
+def one_file(path: str) -> int:
+    """``--file PATH``: print ``PASSED FAILED SKIPPED SUMMARY`` of one JUnit XML file; 1 on failures."""
+    try:
+        c = counts(path)
+    except (OSError, ET.ParseError) as err:
+        print(f"0 1 0 JUnit XML missing or unreadable ({type(err).__name__}: {err})")
+        return 1
+    print(c["passed"], c["failures"] + c["errors"], c["skipped"], summary(c))
+    return 1 if c["failures"] or c["errors"] else 0
+
+
 def main(argv: list[str]) -> int:
+    if len(argv) == 2 and argv[0] == "--file":
+        return one_file(argv[1])
     if len(argv) != 2 or not argv[1].isdigit() or int(argv[1]) < 1:
         print(f"usage: junit_counts.py DIR NP (got {argv})", file=sys.stderr)
         return 2

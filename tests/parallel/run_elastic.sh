@@ -9,16 +9,6 @@ PYTHON="${PYTHON:-$PWD/.venv/bin/python}"
 xml=$(mktemp /tmp/horovod-torus-elastic.XXXXXX.xml)
 timeout --kill-after=30 900 "$PYTHON" -m pytest -q -p no:cacheprovider --junitxml="$xml" tests/parallel/test_elastic.py
 rc=$?
-read -r p f <<<"$("$PYTHON" - "$xml" <<'PY'
-import sys, xml.etree.ElementTree as ET
-try:
-    s = ET.parse(sys.argv[1]).getroot()
-    s = s if s.tag == "testsuite" else s.find("testsuite")
-    t, f, e, k = (int(s.get(a, 0)) for a in ("tests", "failures", "errors", "skipped"))
-    print(t - f - e - k, f + e)
-except Exception:
-    print(0, 1)
-PY
-)"
+read -r p f _ <<<"$("$PYTHON" tests/parallel/junit_counts.py --file "$xml")"
 echo "elastic: $p passed, $f failed"
 [ "$rc" -eq 0 ] && [ "$f" -eq 0 ] && [ "$p" -eq 2 ]

@@ -63,6 +63,9 @@ def _chained(outer, inner):
      True),
     (RuntimeError("Read error [127.0.0.1]:420: Connection reset by peer"), True),
     (_chained(RuntimeError("fit failed"), tf.errors.UnknownError(None, None, "Connection closed by peer")), True),
+    (tf.errors.UnknownError(None, None, "[gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 20000ms for "
+                            "recv operation to complete [Op:HorovodAllreduce]"), True),
+    (RuntimeError("Horovod background loop uncaught exception: Application timeout caused pair closure"), True),
     (TorusStallError("call 3 'x': ranks [2] did not arrive; Horovod has been shut down"), False),
     (ValueError("bad input"), False),
     (tf.errors.InvalidArgumentError(None, None, "Number of entries in splits does not equal number of workers"),

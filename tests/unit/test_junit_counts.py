@@ -45,3 +45,16 @@ def test_rank_0_counts_failures_and_errors_and_needs_a_pass(tmp_path, capsys):
     assert out[0] == "0 2 2 1 failed, 2 skipped, 1 error in 1.50s"
     assert "rank 0: no test passed" in out
     assert junit_counts.main([str(tmp_path), "x"]) == 2
+
+
+def test_one_file_counts_and_failures(tmp_path, capsys):
+    good = tmp_path / "good.xml"
+    good.write_text('<testsuites><testsuite tests="2" failures="0" errors="0" skipped="0" time="1.5"/></testsuites>')
+    assert junit_counts.main(["--file", str(good)]) == 0
+    assert capsys.readouterr().out.split()[:3] == ["2", "0", "0"]
+    bad = tmp_path / "bad.xml"
+    bad.write_text('<testsuite tests="2" failures="1" errors="0" skipped="0" time="1"/>')
+    assert junit_counts.main(["--file", str(bad)]) == 1
+    assert capsys.readouterr().out.split()[:3] == ["1", "1", "0"]
+    assert junit_counts.main(["--file", str(tmp_path / "missing.xml")]) == 1
+    assert capsys.readouterr().out.split()[:2] == ["0", "1"]

@@ -208,9 +208,12 @@ def _cluster_bench_page(docs_dir: str) -> str:
                 f"Elements that differ from the exact sum, over all {len(doc['rows'])} rows: {_wrong(doc['rows'])}; "
                 f"failed launches: {_value(doc.get('failed_launches')) or 'none'}; load average during the run: "
                 + "; ".join(f"{x['utc']} {_value(x['loadavg'])}" for x in doc.get("load", [])) + "."]
+    sections += _cluster_repeat_facts(doc)
     for wiring in doc["wirings"]:
         sections.append(f"## {wiring} wiring\n\nSeconds per all-reduce, slowest rank (the model's prediction); "
-                        f"a label's second word is the launcher and the Open MPI algorithm forced, if any.\n\n"
+                        + ("rows of several launches: median [min-max] over the launches; "
+                           if "planner_passes" in doc else "")
+                        + f"a label's second word is the launcher and the Open MPI algorithm forced, if any.\n\n"
                         + format_rows_table(doc["rows"], wiring)
                         + f"\n\nRatios against the targets ({wiring} wiring):\n\n"
                         + format_targets(doc["targets"][wiring]))
@@ -218,6 +221,25 @@ def _cluster_bench_page(docs_dir: str) -> str:
     return _page("All-reduce on an emulated cluster (cluster in a box)", doc["description"] + ", from "
                  "`docs/cluster_bench.json`. The set-up, the model and what the emulation does not model: "
                  "[Cluster in a box](../guide/cluster_in_a_box.md).", *sections)
+
+
+def _cluster_repeat_facts(doc: dict) -> list[str]:
+    """The repeated launches, the run's duration and the planner's pass counts of a cluster bench.json
+    written with repeats (nothing for older files)."""
+    from tools.cluster.aggregate import format_planner_counts
+
+    if "planner_passes" not in doc:
+        return []
+    c = doc["config"]
+    out = [f"Launches per row: {c['repeats']} at {', '.join(c['repeat_sizes']) or 'no size'} (the whole sweep once, "
+           f"then {c['repeat_iters']} timed iterations per row in each repeat, the launch groups' order reversed "
+           f"every other repeat), 1 at the other sizes; `min_torus_bytes` {c['min_torus_bytes']}"
+           + (f"; the launches took {doc['elapsed_s'] / 60:.0f} min" if doc.get("elapsed_s") else "")
+           + (f" (expected {doc['estimate_s'] / 60:.0f} min)" if doc.get("estimate_s") else "") + "."]
+    out += ["Planner / measured (the medians):\n\n" + "\n".join(
+        f"- {line}" for what, counts in doc["planner_passes"].items()
+        for line in format_planner_counts(counts, what).splitlines())]
+    return out
 
 
 def _cluster_train_docs(docs_dir: str) -> dict:

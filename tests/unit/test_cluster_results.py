@@ -64,11 +64,17 @@ def test_launches_and_rows():
         launches(("fastest",))
     doc = {"rows": [{"strategy": "mpi", "size_bytes": MIB, "time_us": {"min": 1e5, "avg": 2e5, "max": 3e5},
                      "wrong": 0}]}
-    rows = rows_from_doc(doc, "rails", ls[1])
+    rows = rows_from_doc(doc, "rails", ls[1])  # a file from before the algorithm fields
     assert rows == [{"wiring": "rails", "strategy": "mpi-ring", "launcher": "mpirun", "ompi_allreduce": "ring",
-                     "size_bytes": MIB,
-                     "time_s": pytest.approx(0.3), "time_avg_s": pytest.approx(0.2), "time_min_s": pytest.approx(0.1),
-                     "wrong": 0}]
+                     "size_bytes": MIB, "repeat": 0,
+                     "time_s": pytest.approx(0.3), "rank_avg_s": pytest.approx(0.2), "rank_min_s": pytest.approx(0.1),
+                     "algorithm": None, "column": None, "wrong": 0}]
+    doc["rows"].append({"strategy": "torus", "size_bytes": MIB, "time_us": {"min": 1e5, "avg": 2e5, "max": 4e5},
+                        "wrong": 0, "algorithm": "torus", "column": "ring"})
+    rows = rows_from_doc(doc, "rails", ls[3], repeat=2)
+    assert [(r["strategy"], r["launcher"], r["ompi_allreduce"], r["repeat"], r["algorithm"], r["column"]) for r in rows] \
+        == [("mpi", "horovodrun", None, 2, None, None), ("torus", "horovodrun", None, 2, "torus", "ring")]
+    assert rows[1]["time_s"] == pytest.approx(0.4)
 
 
 def _ring_rows(alpha, bw, p=8, wiring="node"):
@@ -110,7 +116,7 @@ def test_predictions_and_targets():
     tr = targets["torus (gloo) / ring (gloo)"]
     assert tr["ratio"] == pytest.approx(0.4) and tr["ok"]
     best = targets["mpi-torus (mpirun) / MPI best (mpi-ring (mpirun))"]
-    assert best["ratio"] == pytest.approx(0.5 / 0.8) and not best["ok"]
+    assert best["ratio"] == pytest.approx(0.5 / 0.8) and best["ok"] and best["target"] == "<= 1"
     forced = targets["mpi-torus (mpirun, ring) / MPI best (mpi-ring (mpirun))"]
     assert forced["ratio"] == pytest.approx(0.44 / 0.8) and forced["ok"]
     pm = targets["predicted / measured: ring (gloo)"]
@@ -121,9 +127,13 @@ def test_predictions_and_targets():
               "time_s": t} for s, t in (("torus:mpi", 0.3), ("ring", 0.6))]
     more = {t["comparison"]: t for t in target_ratios(rows + extra, "rails", sizes=(n,))}
     assert more["torus:mpi (mpirun) / ring (mpirun)"]["ratio"] == pytest.approx(0.5)
+    assert not more["torus:mpi (mpirun) / ring (mpirun)"]["ok"]  # rows without the algorithm that ran
+    extra[0]["algorithm"] = "torus"
+    more = {t["comparison"]: t for t in target_ratios(rows + extra, "rails", sizes=(n,))}
+    assert more["torus:mpi (mpirun) / ring (mpirun)"]["ok"]
     assert predict_row(clusters["rails"], "torus:mpi", "mpirun", n, "2x4")[0] == "torus 2x4"
     md = format_targets(target_ratios(rows, "rails", sizes=(n,)))
-    assert md.splitlines()[2] == "| torus (gloo) / ring (gloo) | 8 MiB | 0.40 | <= 0.6 | yes |"
+    assert md.splitlines()[2] == "| torus (gloo) / ring (gloo) | 8 MiB | 0.40 | 1 | - | <= 0.6 | yes |"
     table = format_rows_table(rows, "rails").splitlines()
     assert table[0].startswith("| size | torus (gloo) | ring (gloo) | mpi-torus (mpirun) | mpi (mpirun)")
     assert table[2].startswith("| 8 MiB | 0.400 (")

@@ -2,16 +2,23 @@
 with the planner's prediction beside every measurement (root; ``make cluster-bench``).
 
 For each wiring (``node``, ``rails``): bring the cluster up, run ``python -m horovod_torus.bench`` once per
-launch (:func:`tools.cluster.results.launches`: every strategy under mpirun with the torus on
-Horovod's ops, each forced Open MPI algorithm, torus and ring under horovodrun --gloo), bring it down. A
-one-node run (L ranks on node0, ``MPI_Allreduce``) fits the intra-node link; the node wiring's
-``mpi-ring`` rows fit the inter-node link (alpha, bandwidth per NIC); the cost model then predicts every
-row. Writes ``OUT/bench.json`` (rows, calibration, targets, load), ``OUT/bench.png``, the calibrated
-planner descriptions ``OUT/cluster-<wiring>.json``, the raw benchmark JSONs and logs under ``OUT/raw``,
-and prints the tables.
+launch group (:func:`tools.cluster.results.launches`: every strategy under mpirun with the torus on
+Horovod's ops, each forced Open MPI algorithm, torus and ring under horovodrun --gloo) over the whole
+sweep, then ``--repeats`` - 1 more times at the ``--repeat-sizes`` only (``--repeat-iters`` timed
+iterations), the order of the launch groups (and of the strategies in each) reversed in every other
+repeat; bring it down. Rows at the repeated sizes are the median over the launches with their min-max
+(:mod:`tools.cluster.aggregate`). A one-node run (L ranks on node0, ``MPI_Allreduce``) fits the
+intra-node link; the node wiring's ``mpi-ring`` rows fit the inter-node link (alpha, bandwidth per NIC);
+the cost model then predicts every row. The torus' crossover (``--min-torus-bytes``, default ``auto``) is
+calibrated by the first launch of each launch group and wiring and cached for its repeats in
+``OUT/cache/<wiring>-<group>`` (``HOROVOD_TORUS_CACHE_DIR``). Writes ``OUT/bench.json`` (rows,
+calibration, targets, planner pass counts, load, elapsed time), ``OUT/bench.png``, the calibrated planner
+descriptions ``OUT/cluster-<wiring>.json``, every launch's JSON and log under ``OUT/raw``
+(``<wiring>-<group>-r<repeat>.json``), and prints the tables.
 
-    python -m tools.cluster.bench                 # 4 nodes x 2, 200 Mbit/s, 1-64 MiB
-    python -m tools.cluster.bench --wirings rails --iters 2 --maxbytes 32M
+    python -m tools.cluster.bench                 # 4 nodes x 2, 200 Mbit/s, 1-32 MiB, 8 and 32 MiB x 3
+    python -m tools.cluster.bench --estimate      # the expected wall time, from docs/cluster_bench.json
+    python -m tools.cluster.bench --wirings rails --repeats 1 --maxbytes 16M
     python -m tools.cluster.bench --from-raw      # recompute tables/plot from OUT/raw
 """
 from __future__ import annotations
@@ -23,17 +30,24 @@ import sys
 import time
 
 from horovod_torus.atomic import save_figure_atomic, write_json_atomic
-from horovod_torus.bench.report import parse_size
+from horovod_torus.bench.report import format_size, parse_size, sweep_sizes
 from horovod_torus.costmodel import model_coefficients
 from tools.cluster import net
+from tools.cluster.aggregate import aggregate_launches, format_planner_counts, planner_check, planner_counts
+from tools.cluster.budget import estimate_seconds, heavy_groups
 from tools.cluster.launch import horovodrun_argv, mpirun_argv
 from tools.cluster.layout import WIRINGS, ClusterSpec, parse_rate
+from tools.cluster.rounds import clear_raw, launch_plan, raw_launch_files, raw_name
 from tools.cluster.results import (
-    OMPI_ALGORITHMS, Launch, add_predictions, fit_exchange_efficiency, fit_link, fit_or_origin, format_rows_table,
-    format_targets, launches, label, make_cluster, rows_from_doc, target_ratios,
+    OMPI_ALGORITHMS, TARGET_SIZES, Launch, add_predictions, fit_exchange_efficiency, fit_link, fit_or_origin,
+    format_rows_table, format_targets, launches, label, make_cluster, rows_from_doc, target_ratios,
 )
 
-__all__ = ["main", "build_parser", "plot_cluster_rows"]
+__all__ = ["main", "build_parser", "plot_cluster_rows", "PREVIOUS"]
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+#: The earlier run whose timestamps ``--estimate`` scales (the committed results).
+PREVIOUS = os.path.join(ROOT, "docs", "cluster_bench.json")
 
 
 def _log(msg):
@@ -47,10 +61,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rate", default="200mbit", help="per NIC and direction (200mbit)")
     p.add_argument("--wirings", nargs="+", choices=WIRINGS, default=list(WIRINGS))
     p.add_argument("-b", "--minbytes", default="1M")
-    p.add_argument("-e", "--maxbytes", default="64M")
+    p.add_argument("-e", "--maxbytes", default="32M")
     p.add_argument("-f", "--stepfactor", default="2")
-    p.add_argument("-n", "--iters", type=int, default=3, help="timed iterations per row (3)")
+    p.add_argument("-n", "--iters", type=int, default=2, help="timed iterations per row of the main sweep (2)")
     p.add_argument("-w", "--warmup", type=int, default=1, help="warm-up iterations per row (1)")
+    p.add_argument("--repeat-sizes", nargs="*", default=["8M", "32M"], metavar="SIZE",
+                   help="sizes of the main sweep that every launch group runs again (8M 32M; none: no repeats)")
+    p.add_argument("--repeats", type=int, default=3,
+                   help="launches per row at the repeated sizes, the main sweep's included (3)")
+    p.add_argument("--repeat-iters", type=int, default=1, help="timed iterations per row of a repeat launch (1)")
+    p.add_argument("--min-torus-bytes", default="auto",
+                   help="HOROVOD_TORUS_MIN_BYTES of every launch: auto (the calibrated crossover, cached per "
+                        "launch group) or bytes (0: always the torus) (auto)")
     p.add_argument("--algorithms", nargs="*", default=["ring", "rabenseifner"],
                    help=f"forced Open MPI algorithms, each a launch: {' '.join(OMPI_ALGORITHMS)} (ring rabenseifner)")
     p.add_argument("--reference", default="node:mpi-ring",
@@ -59,24 +81,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", default="htcb", help="cluster name (namespace prefix) (htcb)")
     p.add_argument("--launch-timeout", type=float, default=1500, help="seconds per launch (1500)")
     p.add_argument("--from-raw", action="store_true", help="no runs: recompute from OUT/raw")
+    p.add_argument("--estimate", action="store_true",
+                   help="no runs: print the expected wall time, scaled from --previous's timestamps")
+    p.add_argument("--previous", default=PREVIOUS, help="the earlier bench.json --estimate scales "
+                                                          "(docs/cluster_bench.json)")
     p.add_argument("--only", nargs="+", default=None, metavar="LABEL",
                    help="rerun only these launches (intra, mpirun, mpi-<algorithm>, gloo) into OUT/raw, keeping "
                         "the others' results, then recompute")
     return p
 
 
-def _bench_command(python, args, grid, launch: Launch, json_path):
-    return [python, "-m", "horovod_torus.bench", "-b", args.minbytes, "-e", args.maxbytes, "-f", args.stepfactor,
-            "-n", str(args.iters), "-w", str(args.warmup), "-c", "1", "--grid", grid,
+def _bench_command(python, args, grid, launch: Launch, json_path, repeat: int = 0):
+    if repeat == 0:
+        sizes = ["-b", args.minbytes, "-e", args.maxbytes, "-f", args.stepfactor, "-n", str(args.iters)]
+    else:
+        sizes = ["--sizes", ",".join(str(parse_size(x)) for x in args.repeat_sizes), "-n", str(args.repeat_iters)]
+    return [python, "-m", "horovod_torus.bench", *sizes, "-w", str(args.warmup), "-c", "1", "--grid", grid,
             "--strategies", *launch.strategies, *launch.bench_args, "--json", json_path]
 
 
-def _env(python):
+def _env(python, args):
     env = dict(os.environ)
     env["PATH"] = os.path.dirname(python) + os.pathsep + env.get("PATH", "")
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     env.setdefault("PYTHONWARNINGS", "ignore")
     env.setdefault("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "600")
+    env["HOROVOD_TORUS_MIN_BYTES"] = str(args.min_torus_bytes)
     env["PYTHON"] = python
     return env
 
@@ -89,35 +119,45 @@ def _run_launch(spec, files, launch, command, log_path, timeout, env, np=None):
     t0 = time.monotonic()
     with open(log_path, "w") as log:
         rc = net.launch(spec, files, argv, timeout=timeout, env=env, log=_log, stdout=log)
-    _log(f"{spec.wiring}/{launch.label}: exit {rc} after {time.monotonic() - t0:.0f} s (log {log_path})")
-    return rc
+    seconds = time.monotonic() - t0
+    _log(f"{spec.wiring}/{os.path.basename(log_path)[:-4]}: exit {rc} after {seconds:.0f} s (log {log_path})")
+    return rc, seconds
 
 
 def run_all(args, raw) -> dict:
-    """Every launch of every wiring; returns {"failed": [...], "load": [...]} facts."""
+    """Every launch of every wiring; returns {"failed", "load", "launch_log", "elapsed_s"} facts."""
     python = sys.executable
-    env = _env(python)
+    env = _env(python, args)
     rate = parse_rate(args.rate)
     n, L = args.nodes, args.ranks_per_node
     grid = f"{L}x{n}"
-    failed, load = [], [{"utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "loadavg": os.getloadavg()}]
+    cache = os.path.abspath(os.path.join(args.out, "cache"))
+    clear_raw(raw, cache, args.wirings, args.only)
+    t0 = time.monotonic()
+    failed, log = [], []
+    load = [{"utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "loadavg": os.getloadavg()}]
+    groups = [g for g in launches(args.algorithms) if args.only is None or g.label in args.only]
     for i, wiring in enumerate(args.wirings):
         spec = ClusterSpec(nodes=n, ranks_per_node=L, wiring=wiring, rate_mbit=rate, name=args.name)
         with net.cluster(spec, log=_log) as files:
             if i == 0 and L > 1 and (args.only is None or "intra" in args.only):  # intra-node link: node0
                 intra = Launch("intra", "mpirun", ("mpi",))
                 cmd = _bench_command(python, args, f"{L}x1", intra, os.path.join(raw, "intra.json"))
-                if _run_launch(spec, files, intra, cmd, os.path.join(raw, "intra.log"), args.launch_timeout, env, np=L):
-                    failed.append("intra")
-            for launch in launches(args.algorithms):
-                if args.only is not None and launch.label not in args.only:
-                    continue
-                out = os.path.join(raw, f"{wiring}-{launch.label}.json")
-                cmd = _bench_command(python, args, grid, launch, out)
-                if _run_launch(spec, files, launch, cmd, out[:-5] + ".log", args.launch_timeout, env):
-                    failed.append(f"{wiring}-{launch.label}")
+                rc, _ = _run_launch(spec, files, intra, cmd, os.path.join(raw, "intra.log"), args.launch_timeout,
+                                    env, np=L)
+                failed += ["intra"] if rc else []
+            for repeat, launch in launch_plan(groups, args.repeats, args.repeat_sizes):
+                out = os.path.join(raw, raw_name(wiring, launch.label, repeat))
+                cmd = _bench_command(python, args, grid, launch, out, repeat)
+                launch_env = {**env, "HOROVOD_TORUS_CACHE_DIR": os.path.join(cache, f"{wiring}-{launch.label}")}
+                start = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+                rc, seconds = _run_launch(spec, files, launch, cmd, out[:-5] + ".log", args.launch_timeout,
+                                          launch_env)
+                log.append({"wiring": wiring, "group": launch.label, "repeat": repeat, "utc": start,
+                            "seconds": round(seconds, 1), "exit": rc})
+                failed += [f"{wiring}-{launch.label}-r{repeat}"] if rc else []
         load.append({"utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "loadavg": os.getloadavg()})
-    return {"failed": failed, "load": load}
+    return {"failed": failed, "load": load, "launch_log": log, "elapsed_s": round(time.monotonic() - t0, 1)}
 
 
 def plot_cluster_rows(rows, path, title):
@@ -157,20 +197,22 @@ def analyse(args, raw, facts) -> dict:
     n, L = args.nodes, args.ranks_per_node
     grid = f"{L}x{n}"
     rate = parse_rate(args.rate)
-    rows, hosts = [], {}
+    files, groups = raw_launch_files(raw), {g.label: g for g in launches(args.algorithms)}
     # every wiring with results in raw (a rerun of one wiring keeps the other's rows)
-    wirings = [w for w in WIRINGS if any(os.path.exists(os.path.join(raw, f"{w}-{l.label}.json"))
-                                         for l in launches(args.algorithms))]
+    wirings = [w for w in WIRINGS if any(key[0] == w and key[1] in groups for key in files)]
+    launch_rows, hosts = [], {}
+    for (wiring, group, repeat), path in sorted(files.items()):
+        if wiring not in wirings or group not in groups:
+            continue
+        with open(path) as f:
+            doc = json.load(f)
+        launch_rows += rows_from_doc(doc, wiring, groups[group], repeat)
+        hosts[f"{wiring}-{group}"] = doc.get("host", {}).get("ranks_per_host")
     for wiring in wirings:
-        for launch in launches(args.algorithms):
-            path = os.path.join(raw, f"{wiring}-{launch.label}.json")
-            if not os.path.exists(path):
-                _log(f"missing {path}: its rows are left out")
-                continue
-            with open(path) as f:
-                doc = json.load(f)
-            rows += rows_from_doc(doc, wiring, launch)
-            hosts[f"{wiring}-{launch.label}"] = doc.get("host", {}).get("ranks_per_host")
+        for group in groups:
+            if (wiring, group, 0) not in files:
+                _log(f"missing {os.path.join(raw, raw_name(wiring, group, 0))}: its rows are left out")
+    rows = aggregate_launches(launch_rows)
     ref_wiring, ref_strategy = args.reference.split(":", 1)
     ref_launcher = "horovodrun" if ref_strategy.endswith("@gloo") else "mpirun"
     ref_strategy = ref_strategy.removesuffix("@gloo")
@@ -210,8 +252,8 @@ def analyse(args, raw, facts) -> dict:
         desc["exchange_efficiency"] = efficiency
         desc["name"] += " (calibrated)"
         write_json_atomic(os.path.join(args.out, f"cluster-{wiring}.json"), desc)
-    rows = add_predictions(rows, clusters, grid, (ref_wiring, ref_strategy, ref_launcher),
-                           *([ex_ref] if ex_rows else []))
+    rows = planner_check(add_predictions(rows, clusters, grid, (ref_wiring, ref_strategy, ref_launcher),
+                                         *([ex_ref] if ex_rows else [])))
     calibration = {"reference": args.reference, "inter_alpha_s": nic_link.alpha,
                    "inter_bandwidth_Bps_per_nic": nic_link.bandwidth, "inter_rms_relative_residual": rms,
                    "nominal_Bps_per_nic": rate * 1e6 / 8 if rate else None,
@@ -220,8 +262,9 @@ def analyse(args, raw, facts) -> dict:
                    "exchange_reference": f"{ref_wiring}:mpi" if ex_rows else None,
                    "exchange_efficiency": efficiency, "exchange_rms_relative_residual": ex_rms}
     targets = {w: target_ratios(rows, w) for w in wirings}
-    return {"rows": rows, "calibration": calibration, "targets": targets, "ranks_per_host": hosts, "grid": grid,
-            "wirings": wirings}
+    planner = {"all sizes": planner_counts(rows), "8 and 32 MiB": planner_counts(rows, TARGET_SIZES)}
+    return {"rows": rows, "calibration": calibration, "targets": targets, "planner_passes": planner,
+            "ranks_per_host": hosts, "grid": grid, "wirings": wirings}
 
 
 def _exchange_text(c) -> str:
@@ -232,15 +275,81 @@ def _exchange_text(c) -> str:
             f"{c['exchange_reference']}, rms residual {c['exchange_rms_relative_residual']:.1%}{edge})")
 
 
+def _check(args) -> None:
+    """Every flag's value, before anything runs. Raises ValueError naming the value and the fix."""
+    from horovod_torus.settings import TorusSettings
+
+    parse_rate(args.rate)
+    ClusterSpec(nodes=args.nodes, ranks_per_node=args.ranks_per_node, name=args.name)
+    launches(args.algorithms)
+    for flag, value, least in (("--iters", args.iters, 1), ("--warmup", args.warmup, 0),
+                               ("--repeats", args.repeats, 1), ("--repeat-iters", args.repeat_iters, 1)):
+        if value < least:
+            raise ValueError(f"{flag} {value} must be >= {least}")
+    try:
+        TorusSettings.resolve(size=args.nodes * args.ranks_per_node, min_torus_bytes=args.min_torus_bytes,
+                              environ={})
+    except ValueError as e:
+        raise ValueError(f"--min-torus-bytes {args.min_torus_bytes}: {e}") from None
+    sweep = sweep_sizes(parse_size(args.minbytes), parse_size(args.maxbytes), float(args.stepfactor))
+    for text in args.repeat_sizes:
+        if parse_size(text) not in sweep:
+            raise ValueError(f"--repeat-sizes {text} is not a size of the main sweep "
+                             f"({', '.join(format_size(x) for x in sweep)}): pick among those, or widen "
+                             f"--minbytes/--maxbytes")
+
+
+def _estimate(args) -> dict | None:
+    """estimate_seconds for ``args`` from ``args.previous`` (None, with a log line, when it cannot)."""
+    try:
+        with open(args.previous) as f:
+            previous = json.load(f)
+        sweep = sweep_sizes(parse_size(args.minbytes), parse_size(args.maxbytes), float(args.stepfactor))
+        groups = launches(args.algorithms)
+        return estimate_seconds(previous, previous_groups=heavy_groups(launches(previous["config"]["algorithms"])),
+                                groups=heavy_groups(groups), wirings=args.wirings, sizes=sweep,
+                                repeat_sizes=[parse_size(x) for x in args.repeat_sizes], repeats=args.repeats,
+                                iters=args.iters, warmup=args.warmup, repeat_iters=args.repeat_iters,
+                                heavy_labels=[g.label for g in groups if heavy_groups([g])])
+    except (OSError, KeyError, ValueError) as e:
+        _log(f"no time estimate from {args.previous}: {e}")
+        return None
+
+
+def _estimate_text(estimate, previous) -> str:
+    parts = ", ".join(f"{w} {s / 60:.0f}" for w, s in estimate.items() if w != "total")
+    return (f"expected {estimate['total'] / 60:.0f} min ({parts}), scaled from the earlier run {previous} "
+            f"(without the crossover's first calibrations, 1-2 min per wiring)")
+
+
+def _merge_facts(old, new, only) -> dict:
+    """The facts of a --only rerun: the earlier launches' facts, those of the rerun groups replaced."""
+    def kept(name):
+        return name.split("-", 1)[-1].rsplit("-r", 1)[0] not in only and name not in only
+
+    return {"failed": [x for x in old["failed"] if kept(x)] + new["failed"], "load": old["load"] + new["load"],
+            "launch_log": [x for x in old.get("launch_log", []) if x["group"] not in only] + new["launch_log"],
+            "elapsed_s": old.get("elapsed_s"), "estimate_s": old.get("estimate_s"),
+            "reruns": old.get("reruns", []) + [{"wirings": new.get("wirings"), "only": only, "load": new["load"],
+                                                 "elapsed_s": new["elapsed_s"]}]}
+
+
 def main(argv=None) -> int:
+    started = time.monotonic()
     args = build_parser().parse_args(argv)
     try:
-        parse_rate(args.rate), parse_size(args.minbytes), parse_size(args.maxbytes)
-        ClusterSpec(nodes=args.nodes, ranks_per_node=args.ranks_per_node, name=args.name)
-        launches(args.algorithms)
+        _check(args)
     except ValueError as e:
         print(f"tools.cluster.bench: error: {e}", file=sys.stderr)
         return 2
+    estimate = _estimate(args)
+    if args.estimate:
+        if estimate is None:
+            print(f"tools.cluster.bench: error: no estimate: {args.previous} has no usable timestamps",
+                  file=sys.stderr)
+            return 2
+        print(_estimate_text(estimate, args.previous))
+        return 0
     net.interrupt_on_sigterm()
     raw = os.path.join(args.out, "raw")
     os.makedirs(raw, exist_ok=True)
@@ -251,13 +360,13 @@ def main(argv=None) -> int:
                 facts = json.load(f)
         else:
             net.require_root()
-            facts = run_all(args, raw)
+            if estimate is not None:
+                _log(_estimate_text(estimate, args.previous))
+            facts = {**run_all(args, raw), "wirings": args.wirings,
+                     "estimate_s": None if estimate is None else round(estimate["total"], 1)}
             if args.only is not None and os.path.exists(facts_path):  # keep the earlier launches' facts
                 with open(facts_path) as f:
-                    old = json.load(f)
-                facts = {"failed": [x for x in old["failed"] if x.split("-", 1)[-1] not in args.only] + facts["failed"],
-                         "load": old["load"] + facts["load"], "reruns": old.get("reruns", []) + [
-                             {"wirings": args.wirings, "only": args.only, "load": facts["load"]}]}
+                    facts = _merge_facts(json.load(f), facts, args.only)
             write_json_atomic(facts_path, facts)
         result = analyse(args, raw, facts)
     except (ValueError, OSError, net.ClusterError) as e:
@@ -268,8 +377,11 @@ def main(argv=None) -> int:
         return 130
     doc = {"description": f"all-reduce on an emulated cluster: {args.nodes} nodes x {args.ranks_per_node} ranks, "
                           f"{args.rate} per NIC and direction, float32, grid {result['grid']}",
-           "config": {k: v for k, v in vars(args).items() if k not in ("from_raw", "only", "wirings")},
-           **result, "failed_launches": facts["failed"], "load": facts["load"]}
+           "config": {k: v for k, v in vars(args).items()
+                      if k not in ("from_raw", "only", "wirings", "estimate", "previous")},
+           **result, "failed_launches": facts["failed"], "load": facts["load"],
+           "launch_log": facts.get("launch_log", []), "elapsed_s": facts.get("elapsed_s"),
+           "estimate_s": facts.get("estimate_s")}
     write_json_atomic(os.path.join(args.out, "bench.json"), doc)
     plot_cluster_rows(result["rows"], os.path.join(args.out, "bench.png"), doc["description"])
     c = result["calibration"]
@@ -279,17 +391,24 @@ def main(argv=None) -> int:
           f"intra-node: alpha {c['intra_alpha_s'] * 1e6:.0f} us, {c['intra_bandwidth_Bps'] / 1e9:.2f} GB/s; "
           f"{_exchange_text(c)}")
     for w in result["wirings"]:
-        print(f"\n## {w} wiring: time per all-reduce in s, slowest rank (model's prediction)\n")
+        print(f"\n## {w} wiring: time per all-reduce in s, slowest rank, median [min-max] over launches "
+              f"(model's prediction)\n")
         print(format_rows_table(result["rows"], w))
     for w in result["wirings"]:
-        print(f"\n## targets, {w} wiring\n")
+        print(f"\n## targets, {w} wiring (ratio of the medians [per-launch min-max])\n")
         print(format_targets(result["targets"][w]))
+    print()
+    for what, counts in result["planner_passes"].items():
+        print(format_planner_counts(counts, what))
     from horovod_torus import plan
 
     for w in result["wirings"]:
         print(f"\n## planner on the calibrated {w} cluster\n")
         plan.main(["--cluster", os.path.join(args.out, f"cluster-{w}.json"), "--bytes", "8M", "32M", "--top", "3"])
-    print(f"\nwrote {os.path.join(args.out, 'bench.json')} and bench.png; failed launches: {facts['failed'] or 'none'}")
+    ran = f"launches took {doc['elapsed_s'] / 60:.1f} min" if doc["elapsed_s"] is not None else "launch time unknown"
+    print(f"\nwrote {os.path.join(args.out, 'bench.json')} and bench.png; failed launches: {facts['failed'] or 'none'}; "
+          f"{ran}; this command {(time.monotonic() - started) / 60:.1f} min"
+          + (f" (expected {doc['estimate_s'] / 60:.0f} min)" if doc["estimate_s"] else ""))
     return 1 if facts["failed"] else 0
 
 

@@ -1,13 +1,17 @@
 """The cluster benchmark's arithmetic (pure): its launches, rows, calibration, predictions and target ratios.
 
-Every (wiring, launch) runs ``python -m horovod_torus.bench`` once; its JSON rows become rows of
-``bench.json``::
+Every (wiring, launch group) runs ``python -m horovod_torus.bench`` once, and again at the repeated sizes
+(``--repeats``); each launch's JSON rows become per-launch rows (:func:`rows_from_doc`), merged over the
+launches by :func:`tools.cluster.aggregate.aggregate_launches` into the rows of ``bench.json``::
 
-    {"wiring": "rails", "strategy": "mpi-ring", "launcher": "mpirun", "size_bytes": 8388608,
-     "time_s": 0.61, "time_avg_s": 0.60, "time_min_s": 0.59, "wrong": 0,
-     "model": "ring", "predicted_s": 0.59, "calibration": false}
+    {"wiring": "rails", "strategy": "mpi-ring", "launcher": "mpirun", "ompi_allreduce": "ring",
+     "size_bytes": 8388608, "time_s": 0.61, "time_min_s": 0.59, "time_max_s": 0.70, "launches": 3,
+     "algorithm": "flat", "column": None, "wrong": 0, "per_launch": [...],
+     "model": "ring", "predicted_s": 0.59, "calibration": false, "planner_ratio": 0.97, "planner_ok": true}
 
-``time_s``: per-iteration time averaged over the timed iterations, slowest rank (``time_us.max``).
+``time_s``: per-iteration time averaged over the timed iterations, slowest rank (``time_us.max``), the
+median over the launches (``time_min_s``/``time_max_s``: the fastest and slowest launch); files written
+before repeated launches have one launch per row and ``time_avg_s``/``time_min_s`` over the ranks.
 ``strategy``: ``torus`` (our TF path; under mpirun with ``--torus-backend horovod``, i.e. Horovod's ops on
 the MPI controller, and under horovodrun on Gloo: the ``launcher`` key tells them apart), ``ring``
 (``hvd.allreduce``: Gloo's ring under horovodrun, ``MPI_Allreduce`` under mpirun), ``mpi-torus``, ``mpi``
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from tools.cluster.aggregate import PLANNER_RANGE, ratio_range
 from horovod_torus.costmodel import (
     Cluster, Link, cluster_halving_doubling_time, cluster_ring_time, cluster_torus_time, fit_alpha_beta,
     model_coefficients,
@@ -35,7 +40,8 @@ from horovod_torus.costmodel import (
 __all__ = ["Launch", "OMPI_ALGORITHMS", "MODEL_OF", "MPI_COLUMN", "fit_exchange_efficiency", "launches",
            "rows_from_doc", "fit_link", "make_cluster",
            "predict_row", "add_predictions", "fit_or_origin", "label", "forced_algorithm", "target_ratios", "format_rows_table", "format_targets",
-           "format_train_table", "print_train_comparison", "TARGET_SIZES"]
+           "format_train_table", "print_train_comparison", "TARGET_SIZES", "GLOO_TARGET", "MPIRUN_TARGET",
+           "MPI_TORUS_TARGET", "PLANNER_LO", "PLANNER_HI"]
 
 #: Open MPI 4.1 coll_tuned_allreduce_algorithm numbers (ompi_info --param coll tuned --level 9).
 OMPI_ALGORITHMS = {"basic_linear": 1, "nonoverlapping": 2, "recursive_doubling": 3, "ring": 4,
@@ -57,6 +63,11 @@ MODEL_OF = {("torus", "mpirun"): "torus", ("torus:mpi", "mpirun"): "torus", ("to
 MPI_COLUMN = {("torus", "mpirun")}
 
 TARGET_SIZES = (8 * 1024 ** 2, 32 * 1024 ** 2)
+#: Issue 23 item 4's targets (rails 4 x 2, 200 Mbit/s, 8 and 32 MiB, medians of >= 3 launches): torus / ring
+#: under Gloo; torus and torus:mpi / ring under mpirun (the torus must be what ran); mpi-torus / the fastest
+#: flat MPI_Allreduce; the planner's prediction / the measurement (PLANNER_LO-PLANNER_HI).
+GLOO_TARGET, MPIRUN_TARGET, MPI_TORUS_TARGET = 0.6, 1.0, 1.0
+PLANNER_LO, PLANNER_HI = PLANNER_RANGE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,17 +126,21 @@ def forced_algorithm(launch: Launch) -> str | None:
     return None
 
 
-def rows_from_doc(doc: dict, wiring: str, launch: Launch) -> list[dict]:
-    """bench.json rows from one launch's benchmark JSON (``python -m horovod_torus.bench --json``)."""
+def rows_from_doc(doc: dict, wiring: str, launch: Launch, repeat: int = 0) -> list[dict]:
+    """Per-launch rows from one launch's benchmark JSON (``python -m horovod_torus.bench --json``):
+    ``time_s`` = the slowest rank's time per all-reduce, ``rank_avg_s``/``rank_min_s`` = the average and
+    fastest rank's, ``algorithm``/``column`` = what ran (None in files that predate them), ``repeat`` = the
+    launch's repeat index; :func:`tools.cluster.aggregate.aggregate_launches` merges the launches."""
     rows = []
+    alg = forced_algorithm(launch)
     for r in doc["rows"]:
         t = r["time_us"]
-        alg = forced_algorithm(launch)
         rows.append({"wiring": wiring, "strategy": launch.rename.get(r["strategy"], r["strategy"]),
                      "launcher": launch.launcher,
                      "ompi_allreduce": None if launch.launcher != "mpirun" else (alg or "default"),
-                     "size_bytes": int(r["size_bytes"]),
-                     "time_s": t["max"] * 1e-6, "time_avg_s": t["avg"] * 1e-6, "time_min_s": t["min"] * 1e-6,
+                     "size_bytes": int(r["size_bytes"]), "repeat": int(repeat),
+                     "time_s": t["max"] * 1e-6, "rank_avg_s": t["avg"] * 1e-6, "rank_min_s": t["min"] * 1e-6,
+                     "algorithm": r.get("algorithm") or None, "column": r.get("column") or None,
                      "wrong": r.get("wrong")})
     return rows
 
@@ -209,14 +224,17 @@ def add_predictions(rows, clusters: dict, grid: str, reference: tuple, *more_ref
     """Rows with ``model``, ``predicted_s`` and ``calibration`` (True for the reference rows).
 
     clusters: wiring -> Cluster; reference (and more_references): (wiring, strategy, launcher) whose rows
-    a parameter was fitted on.
+    a parameter was fitted on. A torus row whose every launch ran the flat call (``algorithm`` ``flat``:
+    below its crossover) is predicted as that flat call (the launcher's Horovod all-reduce, i.e. the
+    ``ring`` row's model), its model labelled ``... (flat call)``.
     """
     fitted = {tuple(reference), *(tuple(x) for x in more_references)}
     out = []
     for r in rows:
-        model, t = predict_row(clusters[r["wiring"]], r["strategy"], r["launcher"], r["size_bytes"], grid,
-                               r.get("ompi_allreduce"))
-        out.append({**r, "model": model, "predicted_s": t,
+        flat = "torus" in r["strategy"] and r.get("algorithm") == "flat"
+        model, t = predict_row(clusters[r["wiring"]], "ring" if flat else r["strategy"], r["launcher"],
+                               r["size_bytes"], grid, r.get("ompi_allreduce"))
+        out.append({**r, "model": model + (" (flat call)" if flat else ""), "predicted_s": t,
                     "calibration": (r["wiring"], r["strategy"], r["launcher"]) in fitted})
     return out
 
@@ -237,13 +255,32 @@ def _find(rows, wiring, strategy, launcher, size, ompi=("default", None)):
     return None
 
 
-def target_ratios(rows, wiring: str = "rails", sizes=TARGET_SIZES) -> list[dict]:
-    """The issue's comparisons for one wiring: {comparison, size_bytes, ratio, target, ok}.
+def _entry(comparison, size, num, den, ratio, hi, lo=None, *, torus_required=False, range_=None) -> dict:
+    """One target entry: met when ``lo <= ratio <= hi`` (``lo`` None: no lower bound) and, with
+    ``torus_required``, the numerator row ``num`` ran the torus; ``den``: the other row (None: the planner)."""
+    target = f"<= {hi:g}" if lo is None else f"{lo:g}-{hi:g}"
+    ok = ratio <= hi and (lo is None or ratio >= lo)
+    if torus_required:
+        target += ", torus ran"
+        ok = ok and num.get("algorithm") == "torus"
+    launches = min(r.get("launches", 1) for r in (num, den) if r is not None)
+    return {"comparison": comparison, "size_bytes": size, "ratio": ratio, "range": range_, "launches": launches,
+            "algorithm": num.get("algorithm"), "target": target, "ok": bool(ok)}
 
-    * torus / ring under each launcher (and under mpirun with each forced algorithm) (target <= 0.6);
+
+def target_ratios(rows, wiring: str = "rails", sizes=TARGET_SIZES) -> list[dict]:
+    """The comparisons of issue 23 item 4 for one wiring, on the rows' medians over launches:
+    {comparison, size_bytes, ratio (of the medians), range (min, max of the per-launch ratios of the
+    repeats both sides ran in, None below two), launches (the fewer of the two rows'), algorithm (what the
+    numerator ran), target, ok}.
+
+    * torus / ring under horovodrun (Gloo) (target <= :data:`GLOO_TARGET`);
+    * torus and torus:mpi / ring under mpirun, with Open MPI's default and each forced algorithm (target
+      <= :data:`MPIRUN_TARGET`, and met only when the torus is the algorithm that ran);
     * mpi-torus (default, and each forced algorithm) / the fastest flat MPI_Allreduce row (default or
-      forced algorithm) (target <= 0.6);
-    * predicted / measured for every row (target 0.75-1.33).
+      forced algorithm) (target <= :data:`MPI_TORUS_TARGET`);
+    * predicted / measured for every row (target :data:`PLANNER_LO`-:data:`PLANNER_HI`; the range: the
+      prediction over the slowest and the fastest launch).
     Comparisons whose rows are missing are left out.
     """
     out = []
@@ -253,24 +290,26 @@ def target_ratios(rows, wiring: str = "rails", sizes=TARGET_SIZES) -> list[dict]
         for (launcher, ompi), torus in [(p, t) for p in pairs for t in ("torus", "torus:mpi")]:
             t, r = _find(rows, wiring, torus, launcher, n, ompi), _find(rows, wiring, "ring", launcher, n, ompi)
             if t and r:
-                ratio = t["time_s"] / r["time_s"]
-                out.append({"comparison": f"{label(t)} / {label(r)}", "size_bytes": n, "ratio": ratio,
-                            "target": "<= 0.6", "ok": ratio <= 0.6})
+                gloo = launcher == "horovodrun"
+                out.append(_entry(f"{label(t)} / {label(r)}", n, t, r, t["time_s"] / r["time_s"],
+                                  GLOO_TARGET if gloo else MPIRUN_TARGET, torus_required=not gloo,
+                                  range_=ratio_range(t, r)))
         flat = [r for r in rows if r["wiring"] == wiring and r["size_bytes"] == n
                 and (r["strategy"] == "mpi" or r["strategy"].startswith("mpi-")) and r["strategy"] != "mpi-torus"]
         for alg in ["default"] + forced:
             mt = _find(rows, wiring, "mpi-torus", "mpirun", n, (alg,))
             if mt and flat:
                 best = min(flat, key=lambda r: r["time_s"])
-                ratio = mt["time_s"] / best["time_s"]
-                out.append({"comparison": f"{label(mt)} / MPI best ({label(best)})", "size_bytes": n,
-                            "ratio": ratio, "target": "<= 0.6", "ok": ratio <= 0.6})
+                out.append(_entry(f"{label(mt)} / MPI best ({label(best)})", n, mt, best,
+                                  mt["time_s"] / best["time_s"], MPI_TORUS_TARGET, range_=ratio_range(mt, best)))
         for r in rows:
             if r["wiring"] == wiring and r["size_bytes"] == n and r.get("predicted_s"):
-                ratio = r["predicted_s"] / r["time_s"]
-                out.append({"comparison": f"predicted / measured: {label(r)}"
-                                          + (" [calibration]" if r.get("calibration") else ""),
-                            "size_bytes": n, "ratio": ratio, "target": "0.75-1.33", "ok": 0.75 <= ratio <= 1.33})
+                spread = None
+                if r.get("launches", 1) >= 2:
+                    spread = (r["predicted_s"] / r["time_max_s"], r["predicted_s"] / r["time_min_s"])
+                name = f"predicted / measured: {label(r)}" + (" [calibration]" if r.get("calibration") else "")
+                out.append(_entry(name, n, r, None, r["predicted_s"] / r["time_s"], PLANNER_HI, PLANNER_LO,
+                                  range_=spread))
     return out
 
 
@@ -279,16 +318,39 @@ def _mib(n):
 
 
 def format_targets(targets) -> str:
-    """A markdown table: comparison | size | ratio | target | met."""
-    lines = ["| comparison | size | ratio | target | met |", "|---|---|---|---|---|"]
+    """A markdown table: comparison | size | ratio, median [per-launch min-max] | launches | algorithm that
+    ran | target | met; targets of files that predate repeated launches (no ``launches``) keep their
+    layout: comparison | size | ratio | target | met."""
+    if targets and not any("launches" in t for t in targets):
+        lines = ["| comparison | size | ratio | target | met |", "|---|---|---|---|---|"]
+        for t in targets:
+            lines.append(f"| {t['comparison']} | {_mib(t['size_bytes'])} | {t['ratio']:.2f} | {t['target']} | "
+                         f"{'yes' if t['ok'] else 'no'} |")
+        return "\n".join(lines)
+    lines = ["| comparison | size | ratio, median [per-launch min-max] | launches | algorithm that ran | target | met |",
+             "|---|---|---|---|---|---|---|"]
     for t in targets:
-        lines.append(f"| {t['comparison']} | {_mib(t['size_bytes'])} | {t['ratio']:.2f} | {t['target']} | "
-                     f"{'yes' if t['ok'] else 'no'} |")
+        spread = f" [{t['range'][0]:.2f}-{t['range'][1]:.2f}]" if t.get("range") else ""
+        lines.append(f"| {t['comparison']} | {_mib(t['size_bytes'])} | {t['ratio']:.2f}{spread} | {t['launches']} | "
+                     f"{t.get('algorithm') or '-'} | {t['target']} | {'yes' if t['ok'] else 'no'} |")
     return "\n".join(lines)
 
 
+def _cell(r) -> str:
+    """``median [min-max] (predicted)``, with ``flat`` where a torus strategy ran the flat call."""
+    text = f"{r['time_s']:.3f}"
+    if r.get("launches", 1) >= 2:
+        text += f" [{r['time_min_s']:.3f}-{r['time_max_s']:.3f}]"
+    if r.get("predicted_s") is not None:
+        text += f" ({r['predicted_s']:.3f})"
+    if "torus" in r["strategy"] and r.get("algorithm") not in (None, "torus"):
+        text += f" {r['algorithm']}"
+    return text
+
+
 def format_rows_table(rows, wiring: str) -> str:
-    """A markdown table of one wiring: size down, row label across, measured s (predicted s)."""
+    """A markdown table of one wiring: size down, row label across, measured s (predicted s); rows of
+    several launches: median [min-max] (predicted); a torus row that ran the flat call says so."""
     sel = [r for r in rows if r["wiring"] == wiring]
     keys = list(dict.fromkeys(label(r) for r in sel))
     sizes = sorted({r["size_bytes"] for r in sel})
@@ -297,8 +359,7 @@ def format_rows_table(rows, wiring: str) -> str:
         cells = []
         for k in keys:
             r = next((r for r in sel if r["size_bytes"] == n and label(r) == k), None)
-            cells.append("" if r is None else f"{r['time_s']:.3f}" + (
-                f" ({r['predicted_s']:.3f})" if r.get("predicted_s") is not None else ""))
+            cells.append("" if r is None else _cell(r))
         lines.append(f"| {_mib(n)} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -34,9 +34,10 @@ class InProcessWorld:
         self._barrier = threading.Barrier(self.grid.size, timeout=timeout)
 
     def exchange(self, rank: int, value) -> list:
-        """Every rank's ``value``, in rank order (collective over all N ranks). Each is a copy: a rank that
-        finished may write its result into its buffer (in place) while the others still read it."""
-        self._slots[rank] = np.array(value, copy=True)
+        """Every rank's ``value`` (any object), in rank order (collective over all N ranks). An array is
+        copied: a rank that finished may write its result into its buffer (in place) while the others still
+        read it."""
+        self._slots[rank] = value.copy() if isinstance(value, np.ndarray) else value
         self._barrier.wait()
         values = list(self._slots)
         self._barrier.wait()

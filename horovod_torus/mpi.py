@@ -112,7 +112,9 @@ class TorusComm:
         column_model: the :class:`horovod_torus.columns.ColumnModel` that ``auto`` asks (ON_NODE, or
             ACROSS_NODES when the column's ranks are all on different nodes); must be equal on every rank.
         deadline: seconds a call may wait for the other ranks before it raises
-            :class:`horovod_torus.stall.TorusStallError` (None: forever); see :meth:`watch`.
+            :class:`horovod_torus.stall.TorusStallError` (None or 0: forever, and the check is a blocking
+            ``MPI_Allreduce``, which MPI does not match with another rank's non-blocking one: equal on every
+            rank, as :meth:`create` and ``init`` agree on it); see :meth:`watch`.
         alarm: a private duplicate of ``comm`` for the stall roll call only.
     """
 

@@ -515,7 +515,8 @@ def torus_allreduce(comm, sendbuf, recvbuf=None, op=MPI.SUM, grid=None):
         itself, in place; otherwise it is copied in), else a new array (never a view of ``sendbuf``).
 
     Raises:
-        ValueError: bad grid (see TorusComm.create), recvbuf of another shape/dtype, an unsupported op.
+        ValueError: bad grid (see TorusComm.create), recvbuf of another shape/dtype or read-only, an
+            unsupported op.
         TorusMismatchError (a ValueError): on every rank, when the ranks pass different shapes, dtypes or
             ops (one MPI_Allgather of the call signatures compares them first).
         TypeError: a dtype without an MPI datatype (the message names it).
@@ -524,6 +525,9 @@ def torus_allreduce(comm, sendbuf, recvbuf=None, op=MPI.SUM, grid=None):
     if recvbuf is not None and (recvbuf.shape != send.shape or recvbuf.dtype != send.dtype):
         raise ValueError(f"recvbuf has shape {recvbuf.shape} and dtype {recvbuf.dtype}; expected "
                          f"{send.shape} and {send.dtype} like sendbuf")
+    if recvbuf is not None and not recvbuf.flags.writeable:
+        raise ValueError("recvbuf is read-only (recvbuf.flags.writeable is False): pass a writable array, "
+                         "or recvbuf=None for a new one")
     _check_dtype(send.dtype)
     opname = _op_name(op)
     if send.dtype == np.float16 and opname != "sum":
@@ -559,15 +563,15 @@ def _run(tc: TorusComm, send: np.ndarray, recvbuf, opname: str):
         if np.shares_memory(out, send):  # one rank: nothing moved, the result must not alias the input
             out = out.copy()
         return out.reshape(send.shape)
-    recvbuf[...] = out.reshape(send.shape)  # a recvbuf MPI cannot write into (strided, read-only, overlapping)
+    recvbuf[...] = out.reshape(send.shape)  # a recvbuf MPI cannot write into (strided, overlapping)
     return recvbuf
 
 
 def _target(recvbuf, flat: np.ndarray):
-    """The 1-D view of ``recvbuf`` the call writes its result into: ``flat`` itself when recvbuf is the
-    send buffer (in place), None when there is no recvbuf or MPI cannot write into it (not C-contiguous,
-    read-only, or overlapping the send buffer without being it)."""
-    if recvbuf is None or not (recvbuf.flags.c_contiguous and recvbuf.flags.writeable):
+    """The 1-D view of ``recvbuf`` (writable: checked by the caller) the call writes its result into:
+    ``flat`` itself when recvbuf is the send buffer (in place), None when there is no recvbuf or MPI cannot
+    write into it (not C-contiguous, or overlapping the send buffer without being it)."""
+    if recvbuf is None or not recvbuf.flags.c_contiguous:
         return None
     if not np.may_share_memory(recvbuf, flat):
         return recvbuf.reshape(-1)

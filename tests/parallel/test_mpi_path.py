@@ -130,6 +130,12 @@ def test_result_goes_straight_into_recvbuf(path, count):
         inplace = send.copy()
         assert torus_allreduce(tc, inplace, inplace) is inplace
         np.testing.assert_array_equal(inplace, exp)
+        locked = np.empty_like(send)
+        locked.flags.writeable = False
+        with pytest.raises(ValueError, match="recvbuf is read-only"):  # on every rank, before communicating
+            torus_allreduce(tc, send, locked)
+        assert torus_allreduce(tc, send, recv) is recv  # the next call on every rank: nobody communicated
+        np.testing.assert_array_equal(recv, exp)
 
 
 def test_float16_small_and_max_op():

@@ -34,8 +34,10 @@ class InProcessWorld:
         self._barrier = threading.Barrier(self.grid.size, timeout=timeout)
 
     def exchange(self, rank: int, value) -> list:
-        """Every rank's ``value``, in rank order (collective over all N ranks)."""
-        self._slots[rank] = value
+        """Every rank's ``value`` (any object), in rank order (collective over all N ranks). An array is
+        copied: a rank that finished may write its result into its buffer (in place) while the others still
+        read it."""
+        self._slots[rank] = value.copy() if isinstance(value, np.ndarray) else value
         self._barrier.wait()
         values = list(self._slots)
         self._barrier.wait()
@@ -47,7 +49,9 @@ class InProcessWorld:
 
 
 class InProcessTransport:
-    """:class:`horovod_torus.phases.Transport` of simulated rank ``rank`` of ``world``."""
+    """:class:`horovod_torus.phases.Transport` of simulated rank ``rank`` of ``world``. The phases' ``out``
+    arguments are ignored (every phase returns a new array; :func:`horovod_torus.phases.allreduce_buffer`
+    copies the result into the caller's ``out``)."""
 
     def __init__(self, world: InProcessWorld, rank: int):
         self.world, self.grid, self.rank = world, world.grid, rank
@@ -67,7 +71,7 @@ class InProcessTransport:
             compare(np.stack(self.world.exchange(self.rank, mine)), signature)
         return None
 
-    def reduce_scatter(self, buf, op):
+    def reduce_scatter(self, buf, op, out=None):
         values = self.world.exchange(self.rank, buf)
         row = self.grid.row_members(self.rank)
         total = self._reduce(values, row, op)
@@ -76,15 +80,15 @@ class InProcessTransport:
         start = sum(counts[:c])
         return total[start:start + counts[c]]
 
-    def allreduce(self, shard, op):
+    def allreduce(self, shard, op, out=None):
         values = self.world.exchange(self.rank, shard)
         return self._reduce(values, self.grid.column_members(self.rank), op)
 
-    def allgather(self, shard):
+    def allgather(self, shard, out=None):
         values = self.world.exchange(self.rank, shard)
         return np.concatenate([values[m] for m in self.grid.row_members(self.rank)])
 
-    def allreduce_flat(self, buf, op):
+    def allreduce_flat(self, buf, op, out=None):
         values = self.world.exchange(self.rank, buf)
         return self._reduce(values, list(range(self.grid.size)), op)
 

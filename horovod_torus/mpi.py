@@ -19,7 +19,9 @@ implementation of the three phases) runs on:
 
 Every step is a non-blocking MPI request (the rings as ``MPI_Isend``/``MPI_Irecv`` pairs), waited for under
 the call's deadline (:mod:`horovod_torus.stall`): a rank that skipped the call, stopped early or died makes
-the others raise :class:`horovod_torus.stall.TorusStallError` instead of blocking forever.
+the others raise :class:`horovod_torus.stall.TorusStallError` instead of blocking forever. Two exceptions,
+where no live rank can be missing: the data of a flat call, after its check (:meth:`TorusComm.allreduce_flat`),
+and with no deadline the check itself run as blocking ``MPI_Allreduce`` calls.
 
 Every call first checks its :class:`horovod_torus.signature.CallSignature` across ranks with one
 ``MPI_Allreduce`` (MAX) of 20 int64 words (an ``MPI_Allgather`` of the words follows only when they differ,
@@ -44,7 +46,7 @@ Example (``mpirun -np 4 python -c ...``)::
 """
 from __future__ import annotations
 
-import contextlib
+import time
 
 import numpy as np
 from mpi4py import MPI
@@ -59,8 +61,7 @@ from horovod_torus.p2p import (blocks, halving_doubling_allreduce, ring_allgathe
                                ring_reduce_scatter, tree_allreduce, vspec, wire, wire_op)
 from horovod_torus.phases import allreduce_buffer
 from horovod_torus.settings import TorusSettings
-from horovod_torus.signature import (EXIT_SIGNATURE, CallSignature, TorusMismatchError, compare, disagreeing,
-                                     extremes, leaving)
+from horovod_torus.signature import EXIT_SIGNATURE, CallSignature, TorusMismatchError, compare, extremes, leaving
 from horovod_torus.stall import CallClock, TorusStallError, left_stall
 from horovod_torus.topology import TorusTopology
 
@@ -111,7 +112,9 @@ class TorusComm:
         column_model: the :class:`horovod_torus.columns.ColumnModel` that ``auto`` asks (ON_NODE, or
             ACROSS_NODES when the column's ranks are all on different nodes); must be equal on every rank.
         deadline: seconds a call may wait for the other ranks before it raises
-            :class:`horovod_torus.stall.TorusStallError` (None: forever); see :meth:`watch`.
+            :class:`horovod_torus.stall.TorusStallError` (None or 0: forever, and the check is a blocking
+            ``MPI_Allreduce``, which MPI does not match with another rank's non-blocking one: equal on every
+            rank, as :meth:`create` and ``init`` agree on it); see :meth:`watch`.
         alarm: a private duplicate of ``comm`` for the stall roll call only.
     """
 
@@ -125,13 +128,15 @@ class TorusComm:
         self.rank = comm.Get_rank()
         self.calls = 0
         self.deadline = deadline
-        self._clock: CallClock | None = None  # the deadline of the call in progress
+        self._watching: _Watch | None = None  # the call in progress (watch)
+        self._clock: CallClock | None = None  # its deadline, made at its first wait that does not complete at once
         self._heard: dict = {}  # the roll-call messages received so far (CallClock.heard)
         self._workspace: dict = {}
         self._pending = None  # (length, out, block view) of the last reduce-scatter, for allgather
         self.min_torus_bytes = 0
         self.crossover_source = "setting"
         self._signatures: dict = {}  # (shape, dtype, op, algorithm) -> CallSignature of the numpy API
+        self._checks: dict = {}  # id(signature) -> (signature, column, check send vector, receive vector)
 
     @classmethod
     def create(cls, comm: MPI.Comm, grid: TorusTopology | str | None = None, *, column_algorithm=None,
@@ -278,25 +283,28 @@ class TorusComm:
     def __exit__(self, *exc) -> None:
         self.free()
 
-    @contextlib.contextmanager
-    def watch(self, name: str = ""):
+    def watch(self, name: str = "") -> "_Watch":
         """Run one call under the deadline (:attr:`deadline`, the ``stall_seconds`` setting, the time
-        ``init`` also gives Horovod): every MPI step of the call is non-blocking and waited for through a
-        :class:`horovod_torus.stall.CallClock`, so a rank that skipped the call, stopped early or died makes
-        the waiting ranks raise :class:`horovod_torus.stall.TorusStallError` (naming the call, ``name`` and
-        the ranks that did not arrive) instead of blocking forever."""
-        self._clock = CallClock(self.comm, self.alarm, self.calls + 1, name, self.grid, self.deadline, self._heard)
-        try:
-            yield
-        finally:
-            self._clock = None
+        ``init`` also gives Horovod): ``with tc.watch(name): ...``. Every MPI step of the call but a flat
+        call's data is non-blocking and waited for through a :class:`horovod_torus.stall.CallClock`, so a
+        rank that skipped the call, stopped early or died makes the waiting ranks raise
+        :class:`horovod_torus.stall.TorusStallError` (naming the call, ``name`` and the ranks that did not
+        arrive) instead of blocking forever. The clock, counted from the call's start, is made at the call's
+        first wait that does not complete at its first test."""
+        return _Watch(self, name)
 
     def _wait(self, requests) -> None:
         """Complete ``requests`` under the call's deadline (none outside :meth:`watch`)."""
-        if self._clock is None:
+        watch = self._watching
+        if watch is None or not self.deadline:
             MPI.Request.Waitall(requests)
-        else:
-            self._clock.wait(requests)
+            return
+        if self._clock is None:
+            if MPI.Request.Testall(requests):
+                return
+            self._clock = CallClock(self.comm, self.alarm, watch.call, watch.name, self.grid, self.deadline,
+                                    self._heard, start=watch.start)
+        self._clock.wait(requests)
 
     def shard_buffer(self, count: int, dtype, slot: int = 2) -> np.ndarray:
         """A reusable scratch array of ``count`` elements (never returned to callers), so repeated
@@ -323,12 +331,17 @@ class TorusComm:
         self.calls += 1
         torus = signature.algorithm == "torus" and signature.elements > 0
         self._column = self.algorithm_for(signature.elements * _itemsize(signature.dtype)) if torus else ""
-        mine = signature.words(self.calls, self._column)
         if self.grid.size > 1:
-            both = extremes(mine)
-            reduced = np.empty_like(both)
-            self._wait([self.comm.Iallreduce(both, reduced, op=MPI.MAX)])
-            if disagreeing(reduced):  # rare: gather the words to name each rank's value
+            both, reduced = self._check_buffers(signature, self._column)
+            both[0], both[both.size // 2] = self.calls, -self.calls  # the call number and its negation
+            if self.deadline:  # a rank may not come: wait under the deadline
+                self._wait([self.comm.Iallreduce(both, reduced, op=MPI.MAX)])
+            else:  # no deadline: nothing to watch, the blocking call is the cheaper one
+                self.comm.Allreduce(both, reduced, op=MPI.MAX)
+            # every rank's words are equal iff each maximum and minimum is this rank's own word: the same
+            # verdict on every rank as disagreeing(reduced), one bytes comparison instead of numpy calls
+            if reduced.tobytes() != both.tobytes():  # rare: gather the words to name each rank's value
+                mine = both[:both.size // 2].copy()
                 gathered = np.empty((self.grid.size, mine.size), np.int64)
                 self._wait([self.comm.Iallgather(mine, gathered)])
                 left = leaving(gathered)
@@ -337,6 +350,18 @@ class TorusComm:
                 compare(gathered, signature)
         return None
 
+    def _check_buffers(self, signature: CallSignature, column: str) -> tuple[np.ndarray, np.ndarray]:
+        """The check's send vector (:func:`horovod_torus.signature.extremes` of ``signature``'s words with
+        column algorithm ``column``; :meth:`verify` writes the call number into it) and its receive vector,
+        made once per signature object: a call site repeats its signature, so the hot path builds no array."""
+        entry = self._checks.get(id(signature))
+        if entry is None or entry[0] is not signature or entry[1] != column:
+            if len(self._checks) >= 256:
+                self._checks.clear()
+            both = extremes(signature.words(0, column))
+            entry = self._checks[id(signature)] = (signature, column, both, np.empty_like(both))
+        return entry[2], entry[3]
+
     def leave(self) -> None:
         """Exchange :data:`horovod_torus.signature.EXIT_SIGNATURE` (at the process's exit, registered by
         ``init``): returns when every rank leaves; raises :class:`horovod_torus.stall.TorusStallError` on
@@ -344,18 +369,19 @@ class TorusComm:
         with self.watch("<exit>"):
             self.verify(EXIT_SIGNATURE)
 
-    def reduce_scatter(self, buf: np.ndarray, op: str) -> np.ndarray:
+    def reduce_scatter(self, buf: np.ndarray, op: str, out: np.ndarray | None = None) -> np.ndarray:
         counts = shard_counts(buf.size, self.grid.x)
         me = self.grid.coords(self.rank)[1]
         ufunc = UFUNCS[op]
-        if buf.nbytes >= RING_MIN_BYTES:
-            out = np.empty_like(buf)
+        if buf.nbytes >= RING_MIN_BYTES:  # the shard is built in the output, which the ring all-gather fills
+            if out is None or out is buf:  # the ring reads buf while it writes the shard: never in buf
+                out = np.empty_like(buf)
             shard = out[blocks(counts)[me]]
             work = [self.shard_buffer(max(counts), buf.dtype, slot) for slot in (0, 1)]
             ring_reduce_scatter(self.row, buf, shard, counts, ufunc, work, self._wait)
             self._pending = (buf.size, out, shard)
             return shard
-        self._pending = (buf.size, None, None)
+        self._pending = (buf.size, out, None)  # allgather writes into out (buf is read by then)
         shard = np.empty(counts[me], buf.dtype)
         mpi_op = wire_op(_MPI_OPS[op], buf.dtype)
         if counts[0] == counts[-1]:
@@ -364,20 +390,23 @@ class TorusComm:
             self._wait([self.row.Ireduce_scatter(wire(buf), wire(shard), recvcounts=counts, op=mpi_op)])
         return shard
 
-    def allreduce(self, shard: np.ndarray, op: str) -> np.ndarray:
+    def allreduce(self, shard: np.ndarray, op: str, out: np.ndarray | None = None) -> np.ndarray:
         # the algorithm verify() chose for this call (outside a call: from this shard, equal on every rank
         # only when the shards are)
         algorithm = self._column or self.algorithm_for(shard.nbytes * self.grid.x)
         self._column = ""
         if algorithm == "mpi":
             mpi_op = wire_op(_MPI_OPS[op], shard.dtype)
-            if self.grid.x == 1:  # the shard is the caller's buffer: never reduce into it
-                out = np.empty_like(shard)
-                self._wait([self.column.Iallreduce(wire(shard), wire(out), op=mpi_op)])
+            if self.grid.x == 1:  # the shard is the caller's buffer: reduce into it only when it is out
+                if out is None:
+                    out = np.empty_like(shard)
+                send = MPI.IN_PLACE if out is shard else wire(shard)
+                self._wait([self.column.Iallreduce(send, wire(out), op=mpi_op)])
                 return out
             self._wait([self.column.Iallreduce(MPI.IN_PLACE, wire(shard), op=mpi_op)])
             return shard
-        out = np.empty_like(shard)  # a new array: with X == 1 the shard is the caller's buffer
+        if out is None or out is shard:  # the p2p algorithms read the shard while they write out
+            out = np.empty_like(shard)  # a new array: with X == 1 the shard is the caller's buffer
         ufunc = UFUNCS[op]
         if algorithm == "ring":
             counts = shard_counts(shard.size, self.grid.y)
@@ -390,29 +419,60 @@ class TorusComm:
                               lambda k, count: self.shard_buffer(count, shard.dtype, 5 + k), self._wait,
                               self.column_model.chunk_bytes)
 
-    def allgather(self, shard: np.ndarray) -> np.ndarray:
+    def allgather(self, shard: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        # ``out`` is the one reduce_scatter was given: it kept it (or its own output) in _pending
         n, out, view = self._pending
         self._pending = None
         counts = shard_counts(n, self.grid.x)
-        if out is not None:
+        if view is not None:
             if shard is not view:
                 view[...] = shard
             ring_allgather(self.row, out, counts, self._wait)
             return out
-        out = np.empty(n, shard.dtype)
+        if out is None:
+            out = np.empty(n, shard.dtype)
         if counts[0] == counts[-1]:
             self._wait([self.row.Iallgather(wire(shard), wire(out))])
         else:
             self._wait([self.row.Iallgatherv(wire(shard), vspec(out, counts))])
         return out
 
-    def allreduce_flat(self, buf: np.ndarray, op: str) -> np.ndarray:
-        out = np.empty_like(buf)
-        self._wait([self.comm.Iallreduce(wire(buf), wire(out), op=wire_op(_MPI_OPS[op], buf.dtype))])
+    def allreduce_flat(self, buf: np.ndarray, op: str, out: np.ndarray | None = None) -> np.ndarray:
+        """The ``"flat"`` call's data: one blocking ``MPI_Allreduce`` of ``buf`` over :attr:`comm` into
+        ``out`` (None: a new array; ``out is buf``: in place), not a request waited for under the deadline.
+
+        It runs only after the call's check (:meth:`verify`) completed on this rank, and a completed check
+        means every rank is in this call with the same buffer and goes straight on to this all-reduce, so no
+        live rank can stay away; only a process that dies in between can, and then the launcher ends the job
+        (Horovod's rule for a lost rank, docs/guide/faults.md). A skipped call or an early stop is caught by
+        the check, under the deadline."""
+        if out is None:
+            out = np.empty_like(buf)
+        send = MPI.IN_PLACE if out is buf else wire(buf)
+        self.comm.Allreduce(send, wire(out), op=wire_op(_MPI_OPS[op], buf.dtype))
         return out
 
     def gate(self, buf, token):
         return buf
+
+
+class _Watch:
+    """The context of :meth:`TorusComm.watch`: the call's number, name and start time (a plain class, not
+    ``contextlib.contextmanager``: it is entered on every call, and measured on 4 ranks on 2 cores each
+    microsecond of Python between two collectives cost several)."""
+
+    __slots__ = ("tc", "name", "call", "start")
+
+    def __init__(self, tc: TorusComm, name: str):
+        self.tc, self.name = tc, name
+
+    def __enter__(self) -> "_Watch":
+        self.call, self.start = self.tc.calls + 1, time.monotonic()
+        self.tc._watching = self
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.tc._watching = self.tc._clock = None
 
 
 _MPI_OPS = {name: getattr(MPI, name.upper()) for name in REDUCE_OPS}
@@ -450,10 +510,13 @@ def torus_allreduce(comm, sendbuf, recvbuf=None, op=MPI.SUM, grid=None):
             be None or equal to the TorusComm's grid.
 
     Returns:
-        ``recvbuf`` (allocated when None): the element-wise reduction over all ranks.
+        The element-wise reduction over all ranks: ``recvbuf`` itself when given (MPI writes the result
+        straight into it when it is C-contiguous, writable and apart from ``sendbuf`` or ``sendbuf``
+        itself, in place; otherwise it is copied in), else a new array (never a view of ``sendbuf``).
 
     Raises:
-        ValueError: bad grid (see TorusComm.create), recvbuf of another shape/dtype, an unsupported op.
+        ValueError: bad grid (see TorusComm.create), recvbuf of another shape/dtype or read-only, an
+            unsupported op.
         TorusMismatchError (a ValueError): on every rank, when the ranks pass different shapes, dtypes or
             ops (one MPI_Allgather of the call signatures compares them first).
         TypeError: a dtype without an MPI datatype (the message names it).
@@ -462,6 +525,9 @@ def torus_allreduce(comm, sendbuf, recvbuf=None, op=MPI.SUM, grid=None):
     if recvbuf is not None and (recvbuf.shape != send.shape or recvbuf.dtype != send.dtype):
         raise ValueError(f"recvbuf has shape {recvbuf.shape} and dtype {recvbuf.dtype}; expected "
                          f"{send.shape} and {send.dtype} like sendbuf")
+    if recvbuf is not None and not recvbuf.flags.writeable:
+        raise ValueError("recvbuf is read-only (recvbuf.flags.writeable is False): pass a writable array, "
+                         "or recvbuf=None for a new one")
     _check_dtype(send.dtype)
     opname = _op_name(op)
     if send.dtype == np.float16 and opname != "sum":
@@ -487,14 +553,31 @@ def _run(tc: TorusComm, send: np.ndarray, recvbuf, opname: str):
         name = send.dtype.name
         signature = tc._signatures[key] = CallSignature(elements=send.size, dtype=name, layout=((name, send.shape),),
                                                         op=LABELS[opname], algorithm=algorithm)
+    flat = send.reshape(-1)
+    target = _target(recvbuf, flat)
     with tc.watch(signature.name):
-        out = allreduce_buffer(tc, send.reshape(-1), signature, op=opname)
-    if np.shares_memory(out, send):  # one rank: nothing moved, the result must not alias the input
-        out = out.copy()
+        out = allreduce_buffer(tc, flat, signature, op=opname, out=target)
+    if target is not None:  # the result is in recvbuf already
+        return recvbuf
     if recvbuf is None:
-        return np.asarray(out).reshape(send.shape)
-    recvbuf[...] = np.asarray(out).reshape(send.shape)
+        if np.shares_memory(out, send):  # one rank: nothing moved, the result must not alias the input
+            out = out.copy()
+        return out.reshape(send.shape)
+    recvbuf[...] = out.reshape(send.shape)  # a recvbuf MPI cannot write into (strided, overlapping)
     return recvbuf
+
+
+def _target(recvbuf, flat: np.ndarray):
+    """The 1-D view of ``recvbuf`` (writable: checked by the caller) the call writes its result into:
+    ``flat`` itself when recvbuf is the send buffer (in place), None when there is no recvbuf or MPI cannot
+    write into it (not C-contiguous, or overlapping the send buffer without being it)."""
+    if recvbuf is None or not recvbuf.flags.c_contiguous:
+        return None
+    if not np.may_share_memory(recvbuf, flat):
+        return recvbuf.reshape(-1)
+    same = (recvbuf.__array_interface__["data"][0] == flat.__array_interface__["data"][0]
+            and flat.flags.c_contiguous)  # sizes and dtypes are equal (checked by the caller)
+    return flat if same else None
 
 
 _CHECKED_DTYPES: set = set()

@@ -51,17 +51,22 @@ class Transport(Protocol):
         :class:`horovod_torus.signature.TorusMismatchError` on every rank when they differ. Returns a
         token for :meth:`gate` (None when the check has already run)."""
 
-    def reduce_scatter(self, buf, op: str):
-        """Phase 1 on the row: this rank's block of the row reduction (Horovod's split)."""
+    def reduce_scatter(self, buf, op: str, out=None):
+        """Phase 1 on the row: this rank's block of the row reduction (Horovod's split). ``out``: the
+        call's output buffer (see :func:`allreduce_buffer`), in which the transport may build the shard
+        for :meth:`allgather` to complete in place; None: the transport's own."""
 
-    def allreduce(self, shard, op: str):
-        """Phase 2 on the column: the reduction of the shard over the column."""
+    def allreduce(self, shard, op: str, out=None):
+        """Phase 2 on the column: the reduction of the shard over the column. ``out``: the call's output
+        buffer when the column result is the call's result (X == 1), else None."""
 
-    def allgather(self, shard):
-        """Phase 3 on the row: the row's blocks concatenated in column order."""
+    def allgather(self, shard, out=None):
+        """Phase 3 on the row: the row's blocks concatenated in column order, into ``out`` when the
+        transport can write there (the same ``out`` as :meth:`reduce_scatter`'s)."""
 
-    def allreduce_flat(self, buf, op: str):
-        """One all-reduce of the whole buffer over all ranks (the ``"flat"`` algorithm)."""
+    def allreduce_flat(self, buf, op: str, out=None):
+        """One all-reduce of the whole buffer over all ranks (the ``"flat"`` algorithm), into ``out``
+        when the transport can write there (``out is buf``: in place)."""
 
     def gate(self, buf, token):
         """``buf``, made to wait for the verification token (a control dependency in TensorFlow graphs), so
@@ -69,7 +74,7 @@ class Transport(Protocol):
 
 
 def allreduce_buffer(transport: Transport, buf, signature: CallSignature, prescale: float = 1.0,
-                     postscale: float = 1.0, op: str = "sum"):
+                     postscale: float = 1.0, op: str = "sum", out=None):
     """All-reduce one flat buffer over every rank of ``transport.grid``: the shipped algorithm.
 
     Args:
@@ -79,9 +84,14 @@ def allreduce_buffer(transport: Transport, buf, signature: CallSignature, presca
         prescale: factor multiplied in before the reduction (:func:`horovod_torus.scaling.prescale`).
         postscale: factor multiplied in after it, once, on the 1/X shard (Average: includes 1/N).
         op: element-wise reduction, one of :data:`REDUCE_OPS`.
+        out: None, or a writable buffer like ``buf`` for the result (numpy transports): the flat
+            all-reduce and phase 3 write straight into it, so the result is copied only where a
+            transport cannot (a scale factor, one rank, a transport of immutable tensors). It must not
+            overlap ``buf`` unless it is the same object (``out is buf``: in place).
 
     Returns:
-        A buffer like ``buf`` holding ``postscale * op_k(prescale * buf_k)`` over the ranks k.
+        ``out`` when given, else a buffer like ``buf`` (new unless the call moved nothing: one rank,
+        no element), holding ``postscale * op_k(prescale * buf_k)`` over the ranks k.
 
     Raises:
         horovod_torus.signature.TorusMismatchError: on every rank when the signatures differ.
@@ -91,13 +101,22 @@ def allreduce_buffer(transport: Transport, buf, signature: CallSignature, presca
     grid = transport.grid
     buf = transport.gate(buf, transport.verify(signature))
     if signature.elements == 0:  # checked, nothing to move
-        return buf
-    buf = scale(buf, prescale)
+        return buf if out is None else out
+    buf = scale(buf, prescale)  # a factor other than 1 makes a new buffer: then out is not buf (not in place)
     if signature.algorithm == "flat":
-        out = transport.allreduce_flat(buf, op) if grid.size > 1 else buf
-        return scale(out, postscale)
-    shard = transport.reduce_scatter(buf, op) if grid.x > 1 else buf
+        result = transport.allreduce_flat(buf, op, out) if grid.size > 1 else buf
+        return _into(out, scale(result, postscale))
+    shard = transport.reduce_scatter(buf, op, out) if grid.x > 1 else buf
     if grid.y > 1:
-        shard = transport.allreduce(shard, op)
+        shard = transport.allreduce(shard, op, out if grid.x == 1 else None)
     shard = scale(shard, postscale)
-    return transport.allgather(shard) if grid.x > 1 else shard
+    return _into(out, transport.allgather(shard, out) if grid.x > 1 else shard)
+
+
+def _into(out, result):
+    """``result``, or ``out`` holding it when the caller gave one (copied only when the transport did not
+    write into ``out`` itself)."""
+    if out is None or result is out:
+        return result
+    out[...] = result
+    return out

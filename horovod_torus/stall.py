@@ -144,13 +144,15 @@ class CallClock:
         heard: the roll-call messages this process received so far, ``{call: {rank: call it waits in}}``
             (one dict per TorusComm, kept across calls: a roll call may open while this rank is still in
             the call before).
+        start: when the call began (``time.monotonic()`` seconds; None: now); the deadline counts from it.
     """
 
-    def __init__(self, comm, alarm, call: int, name: str, grid, deadline: float | None, heard=None):
+    def __init__(self, comm, alarm, call: int, name: str, grid, deadline: float | None, heard=None,
+                 start: float | None = None):
         self.comm, self.alarm, self.call, self.name, self.grid = comm, alarm, call, name, grid
         self.deadline = deadline
         self.heard = {} if heard is None else heard
-        self.start = time.monotonic()
+        self.start = time.monotonic() if start is None else start
         self._answered: set[tuple[int, int]] = set()  # (rank, call) told that this rank is behind
         self._sent: list = []  # (buffer, request) of the roll-call sends, alive until the process ends
 

@@ -80,21 +80,21 @@ class GlobalSetTransport(HorovodTransport):
         out, _ = _hvd.alltoall(buf, splits=tf.constant(splits, tf.int32), name=self._op_name(suffix))
         return out
 
-    def reduce_scatter(self, buf, op):
+    def reduce_scatter(self, buf, op, out=None):
         _sum_only(op)
         counts = shard_counts(buf.shape[0], self.grid.x)  # fused buffers have a static length
         pieces = self._alltoall(buf, peer_splits(self.grid, self._row, counts), "rs")
         mine = counts[self.grid.coords(self.rank)[1]]
         return tf.reduce_sum(tf.reshape(pieces, [self.grid.x, mine]), axis=0)
 
-    def allreduce(self, shard, op):
+    def allreduce(self, shard, op, out=None):
         _sum_only(op)
         n = int(shard.shape[0])
         copies = tf.tile(shard, [self.grid.y])
         pieces = self._alltoall(copies, peer_splits(self.grid, self._column, [n] * self.grid.y), "ar")
         return tf.reduce_sum(tf.reshape(pieces, [self.grid.y, n]), axis=0)
 
-    def allgather(self, shard):
+    def allgather(self, shard, out=None):
         n = int(shard.shape[0])
         copies = tf.tile(shard, [self.grid.x])
         return self._alltoall(copies, peer_splits(self.grid, self._row, [n] * self.grid.x), "ag")

@@ -78,6 +78,8 @@ class HorovodTransport:
         sets: the :class:`horovod_torus.process_sets.TorusProcessSets` registered at init.
         name: prefix of the Horovod op names (None: Horovod's automatic names).
         guard: the :class:`horovod_torus.tensorflow.guard.ExchangeGuard` (the deadline) or None.
+
+    The phases' ``out`` arguments are ignored: tensors are immutable, every phase returns a new one.
     """
 
     def __init__(self, sets, name: str | None = None, guard=None):
@@ -194,7 +196,7 @@ class HorovodTransport:
         why = self.guard.notes(left) if self.guard is not None else ""
         return left_error(rows, left, self.rank, self.grid, why)
 
-    def reduce_scatter(self, buf, op):
+    def reduce_scatter(self, buf, op, out=None):
         _sum_only(op)
         if self.reduce_scatter_via == "alltoall":
             shard = self._reduce_scatter_alltoall(buf)
@@ -222,14 +224,14 @@ class HorovodTransport:
         mine = counts[self.grid.coords(self.rank)[1]]  # position in the row = column index
         return tf.reduce_sum(tf.reshape(pieces, [self.grid.x, mine]), axis=0)
 
-    def allreduce(self, shard, op):
+    def allreduce(self, shard, op, out=None):
         _sum_only(op)
         return _hvd.allreduce(shard, op=_hvd.Sum, process_set=self.sets.column, name=self._op_name("ar"))
 
-    def allgather(self, shard):
+    def allgather(self, shard, out=None):
         return _hvd.allgather(shard, process_set=self.sets.row, name=self._op_name("ag"))
 
-    def allreduce_flat(self, buf, op):
+    def allreduce_flat(self, buf, op, out=None):
         _sum_only(op)
         return horovod_allreduce([buf], _hvd.Sum, self._op_name("flat"))[0]
 

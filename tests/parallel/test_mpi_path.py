@@ -84,6 +84,60 @@ def test_ring_path_for_large_buffers_matches_mpi_allreduce(count, dtype):
     np.testing.assert_array_equal(inplace, out)
 
 
+def _allocated_per_call(tc, nbytes):
+    """Bytes one torus call of ``nbytes`` per rank allocates when the result goes into a recvbuf: none on the
+    flat path; on the torus path the shard of a library reduce-scatter (below RING_MIN_BYTES) and the new
+    shard of a point-to-point column algorithm (on a grid of one column, that is the whole buffer)."""
+    from horovod_torus.mpi import RING_MIN_BYTES
+
+    if tc.algorithm(nbytes) == "flat":
+        return 0
+    shard = -(-nbytes // tc.grid.x)
+    library_shard = shard if tc.grid.x > 1 and nbytes < RING_MIN_BYTES else 0
+    return library_shard + (shard if tc.algorithm_for(nbytes) not in ("", "mpi") else 0)
+
+
+@pytest.mark.parametrize("path", ["flat", "torus"])
+@pytest.mark.parametrize("count", [1 << 14, 1 << 18])  # float32: 64 KiB (library phases), 1 MiB (rings)
+def test_result_goes_straight_into_recvbuf(path, count):
+    """A recvbuf receives the result with no array of the buffer's size allocated per call (tracemalloc counts
+    numpy's allocations: the old path made a new output and copied it); recvbuf=sendbuf reduces in place;
+    without a recvbuf the result is a new array, never the input."""
+    import tracemalloc
+
+    size, rank = COMM.Get_size(), COMM.Get_rank()
+    with TorusComm.create(COMM, TorusTopology.from_world(size), min_torus_bytes=1 << 40 if path == "flat" else 0,
+                          cache_dir="off") as tc:
+        send = np.arange(count, dtype=np.float32) + rank
+        exp = np.arange(count, dtype=np.float32) * size + size * (size - 1) // 2  # exact in float32
+        recv = np.full_like(send, -1)
+        torus_allreduce(tc, send, recv)  # the first call makes the transport's reusable scratch arrays
+        recv[...] = -1
+        tracemalloc.start()
+        try:
+            out = torus_allreduce(tc, send, recv)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert out is recv
+        np.testing.assert_array_equal(recv, exp)
+        np.testing.assert_array_equal(send, np.arange(count, dtype=np.float32) + rank)  # input untouched
+        allowed = _allocated_per_call(tc, send.nbytes) + 16384  # + Python's own small objects
+        assert peak <= allowed < _allocated_per_call(tc, send.nbytes) + send.nbytes, (path, peak, allowed)
+        fresh = torus_allreduce(tc, send)
+        assert not np.shares_memory(fresh, send) and not np.shares_memory(fresh, recv)
+        np.testing.assert_array_equal(fresh, exp)
+        inplace = send.copy()
+        assert torus_allreduce(tc, inplace, inplace) is inplace
+        np.testing.assert_array_equal(inplace, exp)
+        locked = np.empty_like(send)
+        locked.flags.writeable = False
+        with pytest.raises(ValueError, match="recvbuf is read-only"):  # on every rank, before communicating
+            torus_allreduce(tc, send, locked)
+        assert torus_allreduce(tc, send, recv) is recv  # the next call on every rank: nobody communicated
+        np.testing.assert_array_equal(recv, exp)
+
+
 def test_float16_small_and_max_op():
     size, rank = COMM.Get_size(), COMM.Get_rank()
     out = torus_allreduce(COMM, np.full(5, rank + 1, np.float16))

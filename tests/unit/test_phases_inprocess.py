@@ -140,3 +140,24 @@ def test_a_skipped_call_is_detected_by_the_call_number():
     out = run_ranks("2x2", call, timeout=3.0)
     assert all(isinstance(o, Exception) for o in out)
     assert any(isinstance(o, TorusMismatchError) and "call" in o.fields for o in out)
+
+
+@pytest.mark.parametrize("grid", ["1x1", "1x4", "4x1", "2x3"])
+@pytest.mark.parametrize("algorithm", ["torus", "flat"])
+@pytest.mark.parametrize("post", [1.0, 0.5])
+def test_out_receives_the_result_and_may_be_the_input(grid, algorithm, post):
+    """allreduce_buffer(..., out=o) returns o holding the result (copied in by the phases where the transport
+    cannot write into it: the in-process transport never does), also when o is the input (in place), and
+    leaves a distinct input untouched."""
+    n = TorusTopology.parse(grid).size
+    bufs = inputs(n, 13, "float64", seed=5)
+    want = np.sum(bufs, axis=0) * post
+    sig = CallSignature(elements=13, dtype="float64", postscale=post, algorithm=algorithm)
+    outs = [np.full(13, np.nan) for _ in range(n)]
+    got = run_ranks(grid, lambda t: allreduce_buffer(t, bufs[t.rank].copy(), sig, 1.0, post, out=outs[t.rank]))
+    copies = [b.copy() for b in bufs]
+    inplace = run_ranks(grid, lambda t: allreduce_buffer(t, copies[t.rank], sig, 1.0, post, out=copies[t.rank]))
+    for r in range(n):
+        assert got[r] is outs[r] and inplace[r] is copies[r]
+        np.testing.assert_allclose(outs[r], want, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(copies[r], want, rtol=1e-12, atol=1e-12)

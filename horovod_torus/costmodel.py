@@ -576,7 +576,8 @@ COORDINATION_BYTES = 8
 #: The fixed cost of one library collective call (seconds), fitted by :func:`fit_call_s` from ONE row:
 #: ``docs/bench_targets-small.json``, strategy ``ring`` (``hvd.allreduce``, one Horovod op), 4,096 B,
 #: avg 1,098.8 us on 4 ranks of one host (2 cores, Horovod's MPI controller, cycle 1 ms), less one cycle
-#: and the transfer on the host's intra-node link as ``docs/cluster_bench.json`` calibrated it. The row
+#: and the transfer on the host's intra-node link as the cluster bench of 2026-11-30 calibrated it
+#: (``tests/unit/data/cluster_bench_one_launch.json``, the then ``docs/cluster_bench.json``). The row
 #: at 10 ms cycles (``docs/bench_targets-cycle10-small.json``, 10,094 us) is predicted within 0.1 %.
 #: It is this 2-core host's figure (TensorFlow op dispatch, Horovod's queue, the MPI call): pass your
 #: machine's (``python -m horovod_torus.plan --call-overhead-us``).

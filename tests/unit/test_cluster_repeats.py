@@ -17,6 +17,8 @@ from tools.cluster.budget import calls_per_row, estimate_seconds, heavy_groups, 
 from tools.cluster.results import format_rows_table, format_targets, launches, target_ratios
 
 DOCS = pathlib.Path(__file__).resolve().parents[2] / "docs"
+#: docs/cluster_bench.json as committed on 2026-11-30: one launch per row, before repeats (the old format)
+ONE_LAUNCH = pathlib.Path(__file__).resolve().parent / "data" / "cluster_bench_one_launch.json"
 MIB = 1024 ** 2
 
 
@@ -250,8 +252,8 @@ def test_time_estimate_from_the_launch_log():
     assert est["node"] == pytest.approx(84 + 2 * 34 + (1.0 + 7.5) * 4 + 2 * 7.5 * 3)
 
 
-def test_estimate_of_the_committed_run_is_its_wall_time():
-    with open(DOCS / "cluster_bench.json") as f:
+def test_estimate_of_a_one_launch_run_is_its_wall_time():
+    with open(ONE_LAUNCH) as f:
         doc = json.load(f)
     c = doc["config"]
     sizes = sorted({r["size_bytes"] for r in doc["rows"]})
@@ -274,10 +276,11 @@ def _new_format_doc():
 
 
 def test_results_page_on_old_and_new_bench_json(tmp_path):
-    old = docs_results._cluster_bench_page(str(DOCS))  # the committed file: no launches, no planner counts
-    assert "| comparison | size | ratio | target | met |" in old and "Launches per row" not in old
     docs = tmp_path / "docs"
     shutil.copytree(DOCS, docs, ignore=shutil.ignore_patterns("_build", "results"))
+    shutil.copy(ONE_LAUNCH, docs / "cluster_bench.json")
+    old = docs_results._cluster_bench_page(str(docs))  # the old format: no launches, no planner counts
+    assert "| comparison | size | ratio | target | met |" in old and "Launches per row" not in old
     (docs / "cluster_bench.json").write_text(json.dumps(_new_format_doc()))
     page = docs_results._cluster_bench_page(str(docs))
     assert "Launches per row: 3 at 8M" in page and "the launches took 48 min (expected 50 min)" in page
@@ -287,3 +290,12 @@ def test_results_page_on_old_and_new_bench_json(tmp_path):
     block = docs_results.readme_blocks(str(docs))["cluster-bench"]
     assert block.splitlines()[0].startswith("| comparison | size | ratio, median [per-launch min-max]")
     assert "predicted" not in block and "mpi-ring (mpirun) / " not in block
+
+
+def test_the_committed_cluster_bench_names_the_machine():
+    """bench.json carries the first launch's machine facts (bench.MACHINE_FACTS), so its results page gives the
+    CPU model with the figures."""
+    doc = json.loads((DOCS / "cluster_bench.json").read_text())
+    assert set(doc["host"]) <= set(bench.MACHINE_FACTS) and doc["host"]["cpu_model"] and doc["host"]["cpu_count"] >= 1
+    page = docs_results._cluster_bench_page(str(DOCS))
+    assert f"`cpu_model`: {doc['host']['cpu_model']}" in page and "CPU model: not recorded" not in page

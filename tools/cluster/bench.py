@@ -193,6 +193,12 @@ def plot_cluster_rows(rows, path, title):
     plt.close(fig)
 
 
+#: The facts of the machine the emulated nodes share, taken from the first launch's benchmark JSON (``host``):
+#: the CPU model goes with every speed figure.
+MACHINE_FACTS = ("cpu_model", "cpu_count", "platform", "python", "numpy", "tensorflow", "horovod", "mpi4py",
+                 "mpi_library")
+
+
 def analyse(args, raw, facts) -> dict:
     n, L = args.nodes, args.ranks_per_node
     grid = f"{L}x{n}"
@@ -200,7 +206,7 @@ def analyse(args, raw, facts) -> dict:
     files, groups = raw_launch_files(raw), {g.label: g for g in launches(args.algorithms)}
     # every wiring with results in raw (a rerun of one wiring keeps the other's rows)
     wirings = [w for w in WIRINGS if any(key[0] == w and key[1] in groups for key in files)]
-    launch_rows, hosts = [], {}
+    launch_rows, hosts, machine = [], {}, {}
     for (wiring, group, repeat), path in sorted(files.items()):
         if wiring not in wirings or group not in groups:
             continue
@@ -208,6 +214,7 @@ def analyse(args, raw, facts) -> dict:
             doc = json.load(f)
         launch_rows += rows_from_doc(doc, wiring, groups[group], repeat)
         hosts[f"{wiring}-{group}"] = doc.get("host", {}).get("ranks_per_host")
+        machine = machine or {k: doc.get("host", {})[k] for k in MACHINE_FACTS if k in doc.get("host", {})}
     for wiring in wirings:
         for group in groups:
             if (wiring, group, 0) not in files:
@@ -264,7 +271,7 @@ def analyse(args, raw, facts) -> dict:
     targets = {w: target_ratios(rows, w) for w in wirings}
     planner = {"all sizes": planner_counts(rows), "8 and 32 MiB": planner_counts(rows, TARGET_SIZES)}
     return {"rows": rows, "calibration": calibration, "targets": targets, "planner_passes": planner,
-            "ranks_per_host": hosts, "grid": grid, "wirings": wirings}
+            "host": machine, "ranks_per_host": hosts, "grid": grid, "wirings": wirings}
 
 
 def _exchange_text(c) -> str:

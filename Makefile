@@ -31,7 +31,7 @@ help:
 	@echo "make bench   setup + the all-reduce benchmark sweep (mpi_scripts/bench.sh)"
 	@echo "make cluster-bench  setup + all-reduce on an emulated 4-node cluster, node and rails wirings, 8 and 32 MiB x 3 launches (root, under an hour)"
 	@echo "make cluster-train  setup + ResNet-50 torus vs ring on the emulated rails cluster (root)"
-	@echo "make elastic-demo   setup + elastic training on an emulated 2-node cluster: node1 removed, then back (root)"
+	@echo "make elastic-demo   setup + elastic training on an emulated 2-node cluster: a node removed, then back (root)"
 
 setup: $(STAMPS)/horovod $(STAMPS)/project
 	@$(VENV)/bin/horovodrun --check-build | tee $(STAMPS)/check-build.txt
@@ -128,8 +128,8 @@ cluster-bench: setup
 cluster-train: setup
 	@bash mpi_scripts/cluster_train.sh
 
-# The elastic torus on an emulated 2 x 2 cluster (root): node1 removed mid-epoch, training goes on on 2x1,
-# node1 comes back, 2x2 again; runs/elastic_demo/elastic.png plots the loss and the world size over time.
+# The elastic torus on an emulated 2 x 2 cluster (root): the node without rank 0 removed mid-epoch, training goes
+# on on 2x1, the node comes back, 2x2 again; runs/elastic_demo/elastic.png plots the loss and the world size over time.
 elastic-demo: setup
 	$(PY) -m tools.cluster.elastic_demo --out runs/elastic_demo
 

@@ -2,8 +2,8 @@
 
 2 nodes x 2 ranks (``node0``, ``node1``, one NIC each) run ``keras_app.train --elastic true`` (the tiny
 model on Fashion-MNIST) under ``horovodrun --gloo --min-np 2 --max-np 4 --host-discovery-script``, on a
-2x2 grid. Mid-epoch node1 is removed (the discovery script stops listing it, its two ranks are
-SIGKILLed); the job continues on node0's 2 ranks (grid 2x1); then node1 is listed again and, after
+2x2 grid. Mid-epoch the node without rank 0 is removed (the discovery script stops listing it, its two
+ranks are SIGKILLed); the job continues on the other node's 2 ranks (grid 2x1); then it is listed again and, after
 Horovod's blacklist cooldown, the job grows back to 4 ranks (2x2). Output in ``--out``: the run
 (``summary.json`` with its ``world_changes``, ``elastic/progress.jsonl``), ``launcher.log`` and
 ``elastic.png`` (the loss and the world size over time). ``make elastic-demo`` runs it.
@@ -62,7 +62,7 @@ def plot_elastic(out: str, path: str) -> None:
     fig, (a, b) = plt.subplots(2, 1, figsize=(8, 5), sharex=True)
     a.plot(t, [r["loss"] for r in rows], ".-")
     a.set(ylabel="training loss (epoch's running mean)",
-          title="elastic torus: 2 nodes x 2 ranks, node1 removed and back")
+          title="elastic torus: 2 nodes x 2 ranks, one node removed and back")
     b.step(t, [r["size"] for r in rows], where="post")
     b.set(xlabel="seconds since start", ylabel="ranks", yticks=[0, 1, 2, 3, 4], ylim=(0, 4.5))
     for c in changes:
@@ -124,15 +124,19 @@ def main(argv=None) -> int:
                 time.sleep(0.5)
 
         wait(lambda: _progress(run_out)["step"] >= steps_per_epoch // 3, "a third of epoch 1 on 4 ranks")
-        victims = [r["pid"] for r in _read_lines(os.path.join(run_out, "elastic", "ranks.jsonl"))[:4]
-                   if r["host"] == spec.hostname(1)]
-        _log(f"removing {spec.hostname(1)}: discovery lists {spec.hostname(0)} only; SIGKILL ranks {victims}")
-        _write_hosts(hosts, [spec.hostname(0)], spec.ranks_per_node)
+        # the node that does not hold rank 0 (Horovod may put rank 0 on either node; losing rank 0's node
+        # is not what this demonstrates: docs/guide/elastic.md, what is not supported)
+        first = _read_lines(os.path.join(run_out, "elastic", "ranks.jsonl"))[:4]
+        kept = next(r["host"] for r in first if r["rank"] == 0)
+        lost = next(h for h in spec.hostnames if h != kept)
+        victims = [r["pid"] for r in first if r["host"] == lost]
+        _log(f"removing {lost}: discovery lists {kept} only; SIGKILL ranks {victims}")
+        _write_hosts(hosts, [kept], spec.ranks_per_node)
         for pid in victims:
             os.kill(pid, signal.SIGKILL)
         wait(lambda: _progress(run_out)["changes"] == 1 and _progress(run_out)["step"] >= steps_per_epoch * 4 // 3,
              "a third of an epoch on 2 ranks")
-        _log(f"{spec.hostname(1)} is back in the discovery script")
+        _log(f"{lost} is back in the discovery script")
         _write_hosts(hosts, spec.hostnames, spec.ranks_per_node)
         runner.join()
         log.close()

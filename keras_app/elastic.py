@@ -35,7 +35,7 @@ import numpy as np
 
 from horovod_torus.fusion import shard_counts
 
-__all__ = ["rank_share", "check_elastic_config", "train_elastic"]
+__all__ = ["rank_share", "check_elastic_config", "train_elastic", "records"]
 
 
 def rank_share(global_batch: int, size: int, rank: int) -> tuple[int, int]:
@@ -86,6 +86,17 @@ def _dataset(cfg, images, labels, *, epoch, start, steps, global_batch, rank, si
 def _append_line(path, record):
     with open(path, "a") as fh:   # one short line per write (O_APPEND): ranks do not interleave
         fh.write(json.dumps(record) + "\n")
+
+
+def records(out: str, name: str) -> list[dict]:
+    """The records of ``out/elastic/<name>.jsonl`` (``"ranks"`` or ``"progress"``, module docstring), oldest
+    first, read while the job may still append: a last line not yet complete is left out; no file: []."""
+    try:
+        with open(os.path.join(out, "elastic", f"{name}.jsonl")) as fh:
+            lines = fh.read().split("\n")
+    except FileNotFoundError:
+        return []
+    return [json.loads(line) for line in lines[:-1] if line.strip()]   # lines[-1]: "" or a partial line
 
 
 def train_elastic(cfg, build_optimizer):

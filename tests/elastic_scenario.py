@@ -32,6 +32,7 @@ import time
 
 from horovod_torus.atomic import write_text_atomic
 from horovod_torus.launchers import horovodrun_command, launcher_command
+from keras_app.elastic import records
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PYTHON = os.environ.get("PYTHON", sys.executable)
@@ -153,19 +154,12 @@ def launch(site, tmp_path, name):
 
 
 def rank_lines(out):
-    path = os.path.join(out, "elastic", "ranks.jsonl")
-    if not os.path.exists(path):
-        return []
-    with open(path) as fh:
-        return [json.loads(line) for line in fh if line.strip()]
+    return records(out, "ranks")
 
 
 def progress(out):
-    try:
-        with open(os.path.join(out, "elastic", "progress.json")) as fh:
-            return json.load(fh)
-    except (OSError, ValueError):
-        return {"step": -1, "changes": -1}
+    lines = records(out, "progress")
+    return lines[-1] if lines else {"step": -1, "changes": -1}
 
 
 def wait_for(job, log, until, what, timeout=TIMEOUT_S):

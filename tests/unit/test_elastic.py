@@ -226,3 +226,12 @@ def test_elastic_app_configuration(monkeypatch, capsys):
     monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "0")
     assert main(["--elastic", "true"]) == CONFIG_ERROR
     assert "needs an elastic horovodrun launch" in capsys.readouterr().err
+
+
+def test_records_leave_out_a_line_still_being_written(tmp_path):
+    from keras_app.elastic import records
+
+    assert records(str(tmp_path), "ranks") == []
+    (tmp_path / "elastic").mkdir()
+    (tmp_path / "elastic" / "ranks.jsonl").write_text('{"rank": 0}\n{"rank": 1}\n{"ra')
+    assert records(str(tmp_path), "ranks") == [{"rank": 0}, {"rank": 1}]

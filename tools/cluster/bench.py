@@ -193,7 +193,7 @@ def plot_cluster_rows(rows, path, title):
     plt.close(fig)
 
 
-#: The facts of the machine the emulated nodes share, taken from the first launch's benchmark JSON (``host``):
+#: The facts of the machine the emulated nodes share, each from the first launch's benchmark JSON (``host``) with it:
 #: the CPU model goes with every speed figure.
 MACHINE_FACTS = ("cpu_model", "cpu_count", "platform", "python", "numpy", "tensorflow", "horovod", "mpi4py",
                  "mpi_library")
@@ -214,7 +214,10 @@ def analyse(args, raw, facts) -> dict:
             doc = json.load(f)
         launch_rows += rows_from_doc(doc, wiring, groups[group], repeat)
         hosts[f"{wiring}-{group}"] = doc.get("host", {}).get("ranks_per_host")
-        machine = machine or {k: doc.get("host", {})[k] for k in MACHINE_FACTS if k in doc.get("host", {})}
+        for k in MACHINE_FACTS:   # each fact from the first launch that recorded it
+            if k in doc.get("host", {}):
+                v = doc["host"][k]
+                machine.setdefault(k, v.replace("\x00", "").strip() if isinstance(v, str) else v)  # mpi_library ends in NUL
     for wiring in wirings:
         for group in groups:
             if (wiring, group, 0) not in files:

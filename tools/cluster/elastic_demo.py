@@ -20,6 +20,7 @@ import time
 
 from horovod_torus.atomic import write_text_atomic
 from horovod_torus.launchers import horovodrun_command
+from keras_app.elastic import records
 from tools.cluster import net
 from tools.cluster.layout import ClusterSpec
 
@@ -30,15 +31,8 @@ def _log(msg):
     print(f"[elastic-demo] {msg}", file=sys.stderr, flush=True)
 
 
-def _read_lines(path):
-    if not os.path.exists(path):
-        return []
-    with open(path) as fh:
-        return [json.loads(line) for line in fh if line.strip()]
-
-
 def _progress(out):
-    lines = _read_lines(os.path.join(out, "elastic", "progress.jsonl"))
+    lines = records(out, "progress")
     return lines[-1] if lines else {"step": -1, "changes": -1}
 
 
@@ -55,7 +49,7 @@ def plot_elastic(out: str, path: str) -> None:
 
     from horovod_torus.atomic import save_figure_atomic
 
-    rows = _read_lines(os.path.join(out, "elastic", "progress.jsonl"))
+    rows = records(out, "progress")
     with open(os.path.join(out, "summary.json")) as fh:
         changes = json.load(fh)["world_changes"]
     t = [r["time"] for r in rows]
@@ -126,7 +120,7 @@ def main(argv=None) -> int:
         wait(lambda: _progress(run_out)["step"] >= steps_per_epoch // 3, "a third of epoch 1 on 4 ranks")
         # the node that does not hold rank 0 (Horovod may put rank 0 on either node; losing rank 0's node
         # is not what this demonstrates: docs/guide/elastic.md, what is not supported)
-        first = _read_lines(os.path.join(run_out, "elastic", "ranks.jsonl"))[:4]
+        first = records(run_out, "ranks")[:4]
         kept = next(r["host"] for r in first if r["rank"] == 0)
         lost = next(h for h in spec.hostnames if h != kept)
         victims = [r["pid"] for r in first if r["host"] == lost]

@@ -5,7 +5,7 @@ VENV    ?= .venv
 PY      := $(VENV)/bin/python
 PIP     := $(VENV)/bin/pip
 STAMPS  := $(VENV)/.stamps
-APT_PKGS := openmpi-bin libopenmpi-dev dataset-fashion-mnist
+APT_PKGS := openmpi-bin libopenmpi-dev dataset-fashion-mnist libtcmalloc-minimal4
 HVD_FLAGS := HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1 \
              HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1
 NP ?= 4

@@ -7,7 +7,8 @@
 Every rank reports its host, rank, local rank, the GPU it pinned (horovod_torus.devices: GPU = local
 rank), Horovod's built controllers (MPI, Gloo) and GPU operations (NCCL, ...), the controller in use, the
 MPI thread level, the torus grid and transport (``hvd.transport()``), the CPU model, whether TensorFlow's
-oneDNN kernels are on (:mod:`horovod_torus.tf_defaults`), TensorFlow's thread pools and the images/s of
+oneDNN kernels are on (:mod:`horovod_torus.tf_defaults`), the C allocator (glibc, or tcmalloc/jemalloc
+when preloaded: :func:`horovod_torus.bench.world.allocator`), TensorFlow's thread pools and the images/s of
 one ResNet-50 training step (Keras' ResNet50, 32x32x3, 10 classes, batch ``--step-batch``, the second step
 timed; concurrent on every rank, so it shows what a rank gets on a shared node), then all ranks run one 1 MB float32
 all-reduce (Sum) through the torus and through Horovod's own (``strategy="horovod"``); each rank checks both
@@ -26,7 +27,7 @@ import time
 import numpy as np
 
 from horovod_torus import __version__, tf_defaults
-from horovod_torus.bench.world import cpu_model
+from horovod_torus.bench.world import allocator, cpu_model
 
 __all__ = ["RankReport", "check_allreduce", "main"]
 
@@ -48,6 +49,7 @@ class RankReport:
     problems: list
     cpu: str = "?"
     onednn: str = "?"
+    malloc: str = "?"
     threads: str = "?"
     step_images_per_s: float | None = None
 
@@ -57,7 +59,7 @@ class RankReport:
         return (f"rank {self.rank}/{self.size} host {self.host} local {self.local_rank}/{self.local_size} "
                 f"gpu {self.gpu} | built {self.built} | controller {self.controller}, MPI threads "
                 f"{self.mpi_threads} | grid {self.grid}, transport {self.transport} | cpu {self.cpu}, oneDNN "
-                f"{self.onednn}, TF threads {self.threads}, ResNet-50 step {step} | {verdict}")
+                f"{self.onednn}, malloc {self.malloc}, TF threads {self.threads}, ResNet-50 step {step} | {verdict}")
 
 
 def doctor_input(rank: int, count: int) -> np.ndarray:
@@ -143,7 +145,7 @@ def run(grid: str | None, nbytes: int, step_batch: int = 8) -> tuple[RankReport,
     report = RankReport(hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), socket.gethostname(), gpu,
                         built, controller, threads, str(hvd.grid()), hvd.transport(), problems, cpu=cpu_model(),
                         onednn={True: "on", False: "off", None: "?"}[tf_defaults.onednn_enabled()],
-                        threads=_threads())
+                        malloc=allocator(), threads=_threads())
     if step_batch:
         report.step_images_per_s = resnet50_step_images_per_s(step_batch)
     count = max(1, nbytes // 4)

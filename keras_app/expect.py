@@ -35,6 +35,8 @@ def verdict(summary: dict, *, name: str, min_top1: float, seconds: float | None 
     if host:
         onednn = {True: "on", False: "off"}.get(host.get("onednn"), "unknown")
         line += f"; {host.get('cpu_count')} CPUs, {host.get('cpu_model')}, oneDNN {onednn}"
+        if host.get("allocator"):
+            line += f", malloc {host['allocator']}"
     return met, line
 
 

@@ -9,7 +9,7 @@ import time
 import keras
 
 from horovod_torus.atomic import save_figure_atomic, write_json_atomic
-from horovod_torus.bench.world import cpu_model
+from horovod_torus.bench.world import allocator, cpu_model
 from horovod_torus.tf_defaults import ONEDNN_VAR, onednn_enabled
 
 __all__ = ["EpochRecorder", "write_summary", "plot_run", "run_host"]
@@ -18,12 +18,12 @@ __all__ = ["EpochRecorder", "write_summary", "plot_run", "run_host"]
 def run_host() -> dict:
     """Facts that a speed figure of this run needs next to it (rank 0's host): hostname, cpu_model
     (``/proc/cpuinfo``), cpu_count (logical CPUs), onednn (whether TensorFlow runs its oneDNN kernels:
-    :func:`horovod_torus.tf_defaults.onednn_enabled`), the ``TF_ENABLE_ONEDNN_OPTS`` value, the TensorFlow
-    and Python versions."""
+    :func:`horovod_torus.tf_defaults.onednn_enabled`), the ``TF_ENABLE_ONEDNN_OPTS`` value, the C allocator
+    (:func:`horovod_torus.bench.world.allocator`), the TensorFlow and Python versions."""
     import tensorflow as tf
 
     return {"hostname": socket.gethostname(), "cpu_model": cpu_model(), "cpu_count": os.cpu_count(),
-            "onednn": onednn_enabled(), ONEDNN_VAR: os.environ.get(ONEDNN_VAR),
+            "onednn": onednn_enabled(), ONEDNN_VAR: os.environ.get(ONEDNN_VAR), "allocator": allocator(),
             "tensorflow": tf.__version__, "python": platform.python_version()}
 
 

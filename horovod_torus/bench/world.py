@@ -76,11 +76,27 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+#: Allocator libraries :func:`allocator` recognises in the process' mapped files (substring -> name).
+ALLOCATORS = (("libtcmalloc", "tcmalloc"), ("libjemalloc", "jemalloc"))
+
+
+def allocator(maps: str = "/proc/self/maps") -> str:
+    """The C allocator of this process: ``tcmalloc`` or ``jemalloc`` when that library is mapped (an
+    ``LD_PRELOAD``, e.g. by ``mpi_scripts/run_local.sh``), else ``glibc`` (``unknown`` without ``maps``:
+    not Linux)."""
+    try:
+        with open(maps) as f:
+            text = f.read()
+    except OSError:
+        return "unknown"
+    return next((name for lib, name in ALLOCATORS if lib in text), "glibc")
+
+
 def host_facts(control, *, launcher: str, extra: dict | None = None) -> dict:
     """Facts about the machines and software of this run (collective: every rank must call it).
 
     Keys: hosts (distinct hostnames), nodes, ranks_per_host, cpu_model, cpu_count (logical CPUs per host,
-    from os.cpu_count), launcher, python, platform, numpy, tensorflow / horovod / mpi4py / mpi_library
+    from os.cpu_count), allocator (rank 0's, :func:`allocator`), launcher, python, platform, numpy, tensorflow / horovod / mpi4py / mpi_library
     versions when loaded, utc (ISO time), plus ``extra``.
     """
     import sys
@@ -88,7 +104,7 @@ def host_facts(control, *, launcher: str, extra: dict | None = None) -> dict:
     hosts = control.gather_object(socket.gethostname())
     per_host = {h: hosts.count(h) for h in dict.fromkeys(hosts)}
     facts = {"hosts": list(per_host), "nodes": len(per_host), "ranks_per_host": per_host,
-             "cpu_model": cpu_model(), "cpu_count": os.cpu_count(), "launcher": launcher,
+             "cpu_model": cpu_model(), "cpu_count": os.cpu_count(), "allocator": allocator(), "launcher": launcher,
              "python": platform.python_version(), "platform": platform.platform(),
              "numpy": np.__version__,
              "utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}

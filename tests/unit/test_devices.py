@@ -60,3 +60,19 @@ def test_doctor_check_and_report_line():
     assert rep.line().endswith("| OK") and "local 1/2 gpu /physical_device:GPU:1" in rep.line()
     rep.problems.append("x")
     assert rep.line().endswith("| FAIL: x")
+    rep.malloc = "tcmalloc"
+    assert ", malloc tcmalloc, TF threads" in rep.line()
+
+
+def test_allocator_names_the_preloaded_library(tmp_path):
+    from horovod_torus.bench.world import allocator
+
+    maps = tmp_path / "maps"
+    line = "7f00-7f10 r-xp 00000000 08:01 123 /usr/lib/x86_64-linux-gnu/{}\n"
+    maps.write_text(line.format("libc.so.6") + line.format("libtcmalloc_minimal.so.4.5.10"))
+    assert allocator(str(maps)) == "tcmalloc"
+    maps.write_text(line.format("libc.so.6") + line.format("libjemalloc.so.2"))
+    assert allocator(str(maps)) == "jemalloc"
+    maps.write_text(line.format("libc.so.6"))
+    assert allocator(str(maps)) == "glibc"
+    assert allocator(str(tmp_path / "absent")) == "unknown"

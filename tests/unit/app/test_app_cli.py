@@ -166,6 +166,8 @@ def test_expect_states_the_top1_and_the_time_against_the_thresholds(tmp_path, ca
     with_host = {**_summary(0.86), "host": {"cpu_model": "AMD EPYC", "cpu_count": 2, "onednn": False}}
     assert verdict(with_host, name="make demo", min_top1=0.85, seconds=1100, target_seconds=1200)[1].endswith(
         "1100 s wall (within the 1200 s target); 2 CPUs, AMD EPYC, oneDNN off")
+    with_host["host"]["allocator"] = "tcmalloc"
+    assert verdict(with_host, name="make demo", min_top1=0.85)[1].endswith("oneDNN off, malloc tcmalloc")
     path = tmp_path / "summary.json"
     path.write_text(json.dumps(_summary(0.3)))
     assert main([str(path), "--min-top1", "0.25"]) == 0

@@ -5,7 +5,7 @@ import re
 
 
 def test_doctor_all_ranks_ok(hvd, world, capsys):
-    from horovod_torus.bench.world import cpu_model
+    from horovod_torus.bench.world import allocator, cpu_model
     from horovod_torus.doctor import main
     from horovod_torus.tf_defaults import onednn_enabled
     size, rank = world
@@ -18,11 +18,11 @@ def test_doctor_all_ranks_ok(hvd, world, capsys):
         for r, line in enumerate(lines):
             m = re.match(rf"doctor: rank {r}/{size} host \S+ local (\d+)/(\d+) gpu none \(CPU\) \| built (\S+) \| "
                          rf"controller (MPI|Gloo), MPI threads [^|]+ \| grid {grid}, transport (mpi|horovod) \| "
-                         rf"cpu (.+), oneDNN (on|off), TF threads intra \S+/inter \S+, ResNet-50 step "
+                         rf"cpu (.+), oneDNN (on|off), malloc (\S+), TF threads intra \S+/inter \S+, ResNet-50 step "
                          rf"([0-9.]+) images/s \| OK$", line)
             assert m, line
             assert m.group(6) == cpu_model() and m.group(7) == ("on" if onednn_enabled() else "off")
-            assert float(m.group(8)) > 0
+            assert m.group(8) == allocator() and float(m.group(9)) > 0
             assert int(m.group(1)) == r % int(m.group(2)) and "Gloo" in m.group(3).split(",")
         assert out[-1].startswith(f"doctor: {size} of {size} ranks OK, grid {grid}")
     else:

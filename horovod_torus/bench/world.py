@@ -96,15 +96,16 @@ def host_facts(control, *, launcher: str, extra: dict | None = None) -> dict:
     """Facts about the machines and software of this run (collective: every rank must call it).
 
     Keys: hosts (distinct hostnames), nodes, ranks_per_host, cpu_model, cpu_count (logical CPUs per host,
-    from os.cpu_count), allocator (rank 0's, :func:`allocator`), launcher, python, platform, numpy, tensorflow / horovod / mpi4py / mpi_library
-    versions when loaded, utc (ISO time), plus ``extra``.
+    from os.cpu_count), allocator (rank 0's, :func:`allocator`), launcher, python, platform, numpy,
+    tensorflow / horovod / mpi4py / mpi_library versions when loaded, utc (ISO time), plus ``extra``.
     """
     import sys
 
     hosts = control.gather_object(socket.gethostname())
     per_host = {h: hosts.count(h) for h in dict.fromkeys(hosts)}
     facts = {"hosts": list(per_host), "nodes": len(per_host), "ranks_per_host": per_host,
-             "cpu_model": cpu_model(), "cpu_count": os.cpu_count(), "allocator": allocator(), "launcher": launcher,
+             "cpu_model": cpu_model(), "cpu_count": os.cpu_count(), "allocator": allocator(),
+             "launcher": launcher,
              "python": platform.python_version(), "platform": platform.platform(),
              "numpy": np.__version__,
              "utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}

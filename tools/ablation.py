@@ -46,8 +46,8 @@ from dataclasses import dataclass
 
 from horovod_torus.atomic import save_figure_atomic, write_json_atomic
 
-__all__ = ["Arm", "AblationSettings", "arms", "growth_schedule", "run_record", "aggregate", "write_outputs",
-           "markdown_table", "main"]
+__all__ = ["Arm", "AblationSettings", "arms", "growth_schedule", "run_record", "record_host", "aggregate",
+           "write_outputs", "markdown_table", "main"]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -175,6 +175,14 @@ def run_record(arm: Arm, seed: int, summary: dict | None, returncode: int, wall_
                        "val_top5": max(c["val_top5"] for c in validated)}
     rec.update(curve=curve, images_per_sec=seen / train_s if train_s > 0 else None, config=summary["config"])
     return rec
+
+
+def record_host(host: dict, summary: dict | None) -> None:
+    """Add the machine facts of the first run that recorded them (keras_app's ``summary.json`` ``host``
+    block: CPU model, TensorFlow's oneDNN state, the allocator, versions) to ``host``, in place; the
+    driver's own keys (``cpus``, ``started``) are kept."""
+    if summary and summary.get("host") and "cpu_model" not in host:
+        host.update({k: v for k, v in summary["host"].items() if k not in host})
 
 
 def _spread(values) -> dict | None:
@@ -334,6 +342,7 @@ def main(argv=None) -> int:
                 write_json_atomic(launch_path, launch)
             rc, wall = launch["returncode"], launch["wall_seconds"]
             summary = json.load(open(summary_path)) if os.path.exists(summary_path) else None
+            record_host(doc["host"], summary)
             doc["runs"].append(run_record(arm, seed, summary, rc, wall))
             doc["arms"] = aggregate(doc["runs"], table)
             write_outputs(doc, args.json, args.plot or None)

@@ -102,6 +102,10 @@ def test_two_arm_run_writes_the_documented_outputs(tmp_path):
     assert set(doc["arms"]) == {"A", "D"}
     assert doc["arms"]["D"]["final_val_top1"]["mean"] == d["final"]["val_top1"]
     assert doc["settings"]["images_per_run"] == 256
+    # the machine facts come from the first run's summary.json (CPU model, oneDNN state, allocator)
+    host = json.loads((tmp_path / "runs" / "A-s3" / "summary.json").read_text())["host"]
+    assert doc["host"]["cpu_model"] == host["cpu_model"] and doc["host"]["onednn"] == host["onednn"]
+    assert doc["host"]["allocator"] == host["allocator"] and doc["host"]["cpus"] == os.cpu_count()
     # --reuse keeps finished runs: same records, no second launch
     assert ablation.main(argv) == 0
     again = json.loads(out_json.read_text())

@@ -174,9 +174,9 @@ PRESETS: dict[str, dict[str, dict]] = {
         "data": {"dataset": "fashion_mnist", "image_size": 32, "channels": 1, "num_classes": 10,
                  "train_examples": 60000, "augment": "flip", "pipeline_threads": 1},
         "model": {"bn_momentum": 0.9},
-        "optim": {"optimizer": "adam", "base_lr": 0.001, "base_batch": 256, "warmup_epochs": 0.3,
+        "optim": {"optimizer": "adam", "base_lr": 0.004, "base_batch": 256, "warmup_epochs": 0.3,
                   "decay": "cosine", "label_smoothing": 0.1},
-        "train": {"epochs": 3, "batch_schedule": "0:256,1:512", "output_dir": "runs/fashion_mnist_demo",
+        "train": {"epochs": 2, "batch_schedule": "0:256,1:512", "output_dir": "runs/fashion_mnist_demo",
                   "intra_op_threads": 1, "inter_op_threads": 1, "min_torus_bytes": "0"},
     },
     # `make smoke`: about a minute on 2 cores with 4 ranks (start-up included), the tiny model on 20,000

@@ -11,7 +11,7 @@ D      C + label smoothing ``smoothing`` (the paper's recipe, s.3.2)
 =====  ==========================================================================================
 
 A, B and C use label smoothing 0. Every arm starts from the preset (``fashion_mnist_demo`` by default:
-Adam, base LR 0.001 at global batch 256 scaled linearly with the current global batch, warm-up over
+Adam, base LR 0.004 at global batch 256 scaled linearly with the current global batch, warm-up over
 ``warmup_epochs`` of the preset, cosine decay) and is run with each seed of ``--seeds`` (the same seeds
 for every arm: identical initial weights and data order per seed). Runs go arm by arm within a seed, seed
 after seed, so a budget cut short still has whole seeds.

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import resource
 import sys
 
@@ -251,7 +252,11 @@ def run(config: TrainBenchConfig):
                                     gathered[:, 3].max(), gathered[:, 4])
     from horovod_torus.tensorflow.runtime import transport
 
-    host = host_facts(control, launcher="mpi" if LaunchContext.from_environ().mpi_world else "gloo", extra={"torus_transport": transport()})
+    from horovod_torus.tf_defaults import ONEDNN_VAR, onednn_enabled
+
+    host = host_facts(control, launcher="mpi" if LaunchContext.from_environ().mpi_world else "gloo",
+                      extra={"torus_transport": transport(), "onednn": onednn_enabled(),
+                             ONEDNN_VAR: os.environ.get(ONEDNN_VAR)})
     return result, host
 
 

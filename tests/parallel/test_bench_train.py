@@ -1,5 +1,6 @@
 """The training-throughput benchmark's protocol, run for real on the tiny model with both strategies."""
 import dataclasses
+import os
 
 import pytest
 
@@ -22,6 +23,12 @@ def test_train_bench_protocol(hvd, world, strategy):
     assert result.sync_share == pytest.approx(result.sync_time_s["avg"] / result.step_time_s["avg"])
     assert 0 < result.step_time_s["min"] <= result.step_time_s["avg"] <= result.step_time_s["max"]
     assert sum(host["ranks_per_host"].values()) == size
+    from horovod_torus.tf_defaults import ONEDNN_VAR
+
+    # the package sets TF_ENABLE_ONEDNN_OPTS=1 on x86 before TensorFlow loads (horovod_torus.tf_defaults)
+    assert host[ONEDNN_VAR] == os.environ.get(ONEDNN_VAR)
+    if host[ONEDNN_VAR] in ("0", "1"):
+        assert host["onednn"] is (host[ONEDNN_VAR] == "1"), host
     assert dataclasses.asdict(result)["strategy"] == strategy
 
 

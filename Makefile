@@ -27,7 +27,7 @@ help:
 	@echo "make smoke   setup + a one-minute check: a small model on Fashion-MNIST, 4 ranks, val top-1 >= $(SMOKE_TOP1)"
 	@echo "make demo    setup + ResNet-50 on Fashion-MNIST, 4 ranks on a 2x2 torus (NP=N: N ranks)"
 	@echo "make setup GPU=1   the GPU stack: tensorflow[and-cuda], Horovod with NCCL (needs CUDA + NCCL)"
-	@echo "make ablation  setup + batch-size control / label smoothing ablation, 4 arms x 2 seeds (about 70 min on 2 cores)"
+	@echo "make ablation  setup + batch-size control / label smoothing ablation, 4 arms x 2 seeds (about 35 min on 2 cores)"
 	@echo "make bench   setup + the all-reduce benchmark sweep (mpi_scripts/bench.sh)"
 	@echo "make cluster-bench  setup + all-reduce on an emulated 4-node cluster, node and rails wirings, 8 and 32 MiB x 3 launches (root, under an hour)"
 	@echo "make cluster-train  setup + ResNet-50 torus vs ring on the emulated rails cluster (root)"

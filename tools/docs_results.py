@@ -300,8 +300,10 @@ _DRIVERS = {
         "The demo's own configuration (4 ranks on a 2x2 torus, one intra-op and one inter-op thread per rank, "
         "ResNet-50 at 32x32, global batch 512) in short runs with `TF_ENABLE_ONEDNN_OPTS=0` and `=1`, the order "
         "alternating between rounds; each figure is the second epoch's training images/s of all ranks "
-        "(`summary.json`), and the state TensorFlow reported is checked against the one asked for. From "
-        "`docs/onednn_demo.json`.",
+        "(`summary.json`), and the state TensorFlow reported is checked against the one asked for. A row "
+        "capped at an instruction set (`--isa`, oneDNN's `ONEDNN_MAX_CPU_ISA`) estimates on this CPU what "
+        "oneDNN's kernels give on a CPU without the newer instructions; clock, cores and memory are this "
+        "machine's. From `docs/onednn_demo.json`.",
         "Command (recorded in the JSON)", _onednn_table),
 }
 

@@ -8,9 +8,15 @@ read from the run's ``summary.json`` (:class:`keras_app.report.EpochRecorder`), 
 TensorFlow reported there must be the one asked for. Everything else (ranks, thread pools, data, model,
 torus) is the preset's, the same on both sides.
 
+With ``--isa AVX2`` each round adds a third launch: oneDNN on, capped by oneDNN's own ``ONEDNN_MAX_CPU_ISA``
+at that instruction set (the kernels it JIT-compiles for an AVX2-only CPU), an estimate on this CPU of an
+older CPU's oneDNN speed; TensorFlow's other kernels are the wheel's either way. Clock, cores and memory stay
+this machine's, so the estimate is not a measurement of another CPU.
+
 Writes ``--json`` (``docs/onednn_demo.json``): ``command``, ``settings``, ``host`` (rank 0's:
-:func:`keras_app.report.run_host`), ``rows`` (per state: ``onednn``, ``images_per_s`` {median, min, max,
-runs}) and ``speedup`` (on / off per round: median, min, max); prints a Markdown table. Raises SystemExit
+:func:`keras_app.report.run_host`), ``rows`` (per state: ``onednn``, ``max_cpu_isa`` (None: oneDNN's own
+choice), ``images_per_s`` {median, min, max, runs}) and ``speedup`` (on / off per round: median, min, max;
+with ``--isa`` also ``speedup_isa``, capped / off); prints a Markdown table. Raises SystemExit
 before any launch for fewer than 1 round or a batch not divisible by NP; RuntimeError when a launch fails
 or ran with the other oneDNN state.
 """
@@ -25,7 +31,11 @@ import sys
 
 from horovod_torus.atomic import write_json_atomic
 
-__all__ = ["launch_args", "summarise", "markdown_table", "main"]
+__all__ = ["launch_args", "summarise", "markdown_table", "main", "ISA_VAR"]
+
+#: oneDNN's environment variable that caps the instruction set its kernels are JIT-compiled for
+#: (oneDNN's documentation, "CPU dispatcher control").
+ISA_VAR = "ONEDNN_MAX_CPU_ISA"
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -42,38 +52,56 @@ def _stats(values: list[float]) -> dict:
     return {"median": statistics.median(values), "min": min(values), "max": max(values), "runs": values}
 
 
-def summarise(runs: dict[bool, list[float]]) -> tuple[list[dict], dict]:
-    """``(rows, speedup)`` from ``{onednn: [images/s per round]}`` (rounds in launch order, both states
-    the same count): a row per state, and on/off per round."""
-    rows = [{"onednn": state, "images_per_s": _stats(runs[state])} for state in (False, True)]
-    ratios = [on / off for on, off in zip(runs[True], runs[False])]
-    return rows, _stats(ratios)
+def summarise(runs: dict, isa: str | None = None) -> tuple[list[dict], dict, dict | None]:
+    """``(rows, speedup, speedup_isa)`` from ``{state: [images/s per round]}`` with states ``False`` (off),
+    ``True`` (on) and, when ``isa`` is given, ``"isa"`` (on, capped at ``isa``), rounds in launch order and
+    every state the same count: a row per state, on/off per round, and capped/off per round (None without
+    ``isa``)."""
+    states = (False, True) + (("isa",) if isa else ())
+    rows = [{"onednn": state is not False, "max_cpu_isa": isa if state == "isa" else None,
+             "images_per_s": _stats(runs[state])} for state in states]
+    speedup = _stats([on / off for on, off in zip(runs[True], runs[False])])
+    speedup_isa = _stats([c / off for c, off in zip(runs["isa"], runs[False])]) if isa else None
+    return rows, speedup, speedup_isa
 
 
 def markdown_table(doc: dict) -> str:
-    """The JSON's table: images/s per oneDNN state (median [min-max], rounds) and the speed-up."""
+    """The JSON's table: images/s per oneDNN state (median [min-max], rounds) and the speed-ups."""
     lines = ["| TensorFlow oneDNN | training images/s (all ranks) | rounds |", "|---|---|---|"]
+    isa = None
     for row in doc["rows"]:
         s = row["images_per_s"]
-        lines.append(f"| {'on' if row['onednn'] else 'off'} | {s['median']:.1f} [{s['min']:.1f}-{s['max']:.1f}]"
-                     f" | {len(s['runs'])} |")
+        label = "on" if row["onednn"] else "off"
+        if row.get("max_cpu_isa"):
+            isa = row["max_cpu_isa"]
+            label = f"on, capped at {isa} (`{ISA_VAR}={isa}`)"
+        lines.append(f"| {label} | {s['median']:.1f} [{s['min']:.1f}-{s['max']:.1f}] | {len(s['runs'])} |")
     sp = doc["speedup"]
     lines.append(f"| on / off | {sp['median']:.2f}x [{sp['min']:.2f}-{sp['max']:.2f}] | |")
+    if doc.get("speedup_isa"):
+        sp = doc["speedup_isa"]
+        lines.append(f"| capped at {isa} / off | {sp['median']:.2f}x [{sp['min']:.2f}-{sp['max']:.2f}] | |")
     return "\n".join(lines)
 
 
-def _one(args, state: bool, out_dir: str) -> tuple[float, dict]:
-    env = {**os.environ, "TF_ENABLE_ONEDNN_OPTS": "1" if state else "0"}
+def _one(args, state, out_dir: str) -> tuple[float, dict]:
+    """One launch in ``state`` (False: off, True: on, ``"isa"``: on, capped at ``args.isa``): its last
+    epoch's images/s and rank 0's host facts."""
+    env = {k: v for k, v in os.environ.items() if k != ISA_VAR}
+    env["TF_ENABLE_ONEDNN_OPTS"] = "0" if state is False else "1"
+    if state == "isa":
+        env[ISA_VAR] = args.isa
     cmd = launch_args(args, out_dir)
-    print(f"onednn_ab: TF_ENABLE_ONEDNN_OPTS={env['TF_ENABLE_ONEDNN_OPTS']} {' '.join(cmd)}", flush=True)
+    cap = f" {ISA_VAR}={args.isa}" if state == "isa" else ""
+    print(f"onednn_ab: TF_ENABLE_ONEDNN_OPTS={env['TF_ENABLE_ONEDNN_OPTS']}{cap} {' '.join(cmd)}", flush=True)
     done = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                           timeout=args.timeout)
     if done.returncode != 0:
         raise RuntimeError(f"launch failed (exit {done.returncode}): {' '.join(cmd)}\n{done.stderr[-2000:]}")
     with open(os.path.join(out_dir, "summary.json")) as fh:
         summary = json.load(fh)
-    if summary["host"]["onednn"] is not state:
-        raise RuntimeError(f"asked for oneDNN {state}, TensorFlow reported {summary['host']['onednn']}")
+    if summary["host"]["onednn"] is not (state is not False):
+        raise RuntimeError(f"asked for oneDNN {state is not False}, TensorFlow reported {summary['host']['onednn']}")
     return float(summary["epochs"][-1]["images_per_sec"]), summary["host"]
 
 
@@ -87,24 +115,31 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=1200, help="seconds per launch before it counts as failed")
     p.add_argument("--out", default="runs/onednn_ab", help="the launches' output directories")
     p.add_argument("--json", default="docs/onednn_demo.json")
+    p.add_argument("--isa", default=None, choices=("AVX2", "AVX", "SSE41", "AVX512_CORE", "AVX512_CORE_VNNI"),
+                   help=f"add a third state per round: oneDNN on with {ISA_VAR}=ISA (e.g. AVX2, an estimate of "
+                        "an AVX2-only CPU's oneDNN kernels on this one)")
     args = p.parse_args(argv)
     if args.rounds < 1:
         raise SystemExit(f"--rounds {args.rounds}: give at least 1")
     if args.batch % args.np:
         raise SystemExit(f"--batch {args.batch} is not divisible by --np {args.np}: give a multiple of {args.np}")
-    runs: dict[bool, list[float]] = {False: [], True: []}
+    states = (False, True) + (("isa",) if args.isa else ())
+    runs: dict = {state: [] for state in states}
+    names = {False: "off", True: "on", "isa": f"on-{args.isa}"}
     host = None
     for r in range(args.rounds):
-        for state in ((False, True) if r % 2 == 0 else (True, False)):
-            ips, host = _one(args, state, os.path.join(args.out, f"round{r}-onednn{int(state)}"))
+        for state in (states if r % 2 == 0 else states[::-1]):
+            ips, host = _one(args, state, os.path.join(args.out, f"round{r}-onednn-{names[state]}"))
             runs[state].append(ips)
-            print(f"onednn_ab: round {r + 1}, oneDNN {'on' if state else 'off'}: {ips:.1f} images/s", flush=True)
-    rows, speedup = summarise(runs)
+            print(f"onednn_ab: round {r + 1}, oneDNN {names[state]}: {ips:.1f} images/s", flush=True)
+    rows, speedup, speedup_isa = summarise(runs, args.isa)
     host = {**{k: v for k, v in host.items() if k not in ("onednn", "TF_ENABLE_ONEDNN_OPTS")},
             "onednn": "off and on: one row each"}
     doc = {"command": "python -m tools.onednn_ab " + " ".join(argv if argv is not None else sys.argv[1:]),
            "settings": {k: v for k, v in vars(args).items() if k not in ("out", "json", "timeout")},
            "launch": " ".join(launch_args(args, "OUT")), "host": host, "rows": rows, "speedup": speedup}
+    if speedup_isa:
+        doc["speedup_isa"] = speedup_isa
     write_json_atomic(args.json, doc)
     print(markdown_table(doc))
     return 0

@@ -78,8 +78,8 @@ test: setup
 	@$(MAKE) --no-print-directory docs
 	@bash tests/parallel/run_all.sh
 	@bash tests/parallel/run_stall.sh
-	@bash tests/parallel/run_elastic.sh
 	@bash tests/cluster/run.sh
+	@bash tests/parallel/run_elastic.sh --unless-cluster
 	$(PY) -m pytest -q -p no:cacheprovider tests/fault
 
 # The docs site: the results pages (docs/results/*.md) and the README's result tables from the JSON files

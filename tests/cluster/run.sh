@@ -16,7 +16,8 @@ unset HOROVOD_TORUS_GRID HOROVOD_TORUS_TRANSPORT HOROVOD_TORUS_BACKEND
 export HOROVOD_TORUS_MIN_BYTES=0   # the test checks the three phases across nodes, at every size
 NAME=${CLUSTER_TEST_NAME:-httest}
 cluster() { local sub=$1; shift; "$PYTHON" -m tools.cluster "$sub" --name "$NAME" "$@"; }
-if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null || ! command -v unshare >/dev/null; then
+source tests/cluster/can_run.sh
+if ! cluster_can_run; then
   msg="cluster test: needs root and iproute2/util-linux (network namespaces)"
   if [ "${CLUSTER_TEST:-}" = require ]; then echo "FAILED: $msg" >&2; exit 1; fi
   echo "SKIPPED: $msg"; exit 0

@@ -1,13 +1,16 @@
 """A rank killed (SIGKILL) mid-epoch of the smoke preset, under mpirun and under horovodrun.
 
-Each test starts a real 4-rank launch of ``python -m keras_app.train --preset fashion_mnist_smoke`` (a
-smaller epoch: 512 images, 8 steps of global batch 64, validation after epoch 2 only), waits until
-checkpoint 1 is on disk and rank 0 has reported a step of epoch 2, kills one rank with SIGKILL and
-asserts: the launcher and every other rank are gone within DEADLINE_S seconds; the launcher exits
-non-zero with a message naming the dead process (mpirun ends the other ranks itself; horovodrun
-terminates them and reports the exit statuses it collects, none of them zero); checkpoint 1 is intact (its SHA-256
-sums match) and alone (no partial checkpoint 2); a ``--resume`` launch continues from it and completes
-epoch 2.
+Each test starts a real 4-rank launch of ``python -m keras_app.train --preset fashion_mnist_smoke`` with
+the tiny model (what is under test is the launch, the transport and the checkpoints, not the model; the
+tiny model keeps a launch to seconds): epochs of STEPS steps of global batch 64 (a few seconds each, so
+the kill lands mid-epoch), validation after epoch 2 only. It waits until checkpoint 1 is on disk and rank
+0 has reported a step of epoch 2, kills one rank with SIGKILL and asserts: the launcher and every other
+rank are gone within DEADLINE_S seconds; the launcher exits non-zero; mpirun names the dead process and
+ends the other ranks itself; horovodrun reports the victim's SIGKILL (137), terminates the others after
+the first failure it sees (the victim's, or that of a rank that aborted when its Gloo connection to the
+victim broke) and reports the exit statuses it collects, none of them zero; checkpoint 1 is intact (its
+SHA-256 sums match) and alone (no partial checkpoint 2); a ``--resume`` launch continues from it and
+completes epoch 2.
 
 Run directly (not under mpirun): ``.venv/bin/python -m pytest -q tests/fault``. Each launch runs in its
 own session, killed whole if a test fails, so nothing is left behind.
@@ -29,8 +32,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 PYTHON = os.environ.get("PYTHON", sys.executable)
 NP = 4
 DEADLINE_S = 60          # the other ranks must be gone this soon after the kill
-START_TIMEOUT_S = 1800   # for checkpoint 1 (tracing ResNet-50 in 4 processes on a loaded 2-core box)
-ARGS = ["-m", "keras_app.train", "--preset", "fashion_mnist_smoke", "--train-examples", "512",
+START_TIMEOUT_S = 600    # for checkpoint 1 (4 processes starting TensorFlow on a loaded 2-core box)
+STEPS = 256              # steps per epoch: ~35 ms each with 4 ranks of the tiny model on 2 cores
+ARGS = ["-m", "keras_app.train", "--preset", "fashion_mnist_smoke", "--arch", "tiny",
+        "--train-examples", str(64 * STEPS),
         "--val-examples", "64", "--val-every-epochs", "2", "--batch-schedule", "0:64", "--epochs", "2",
         "--grid", "2x2", "--intra-op-threads", "1", "--inter-op-threads", "1", "--verbose", "1"]
 RANK_ENV = {"mpirun": "OMPI_COMM_WORLD_RANK", "horovodrun": "HOROVOD_RANK"}
@@ -100,9 +105,12 @@ def _alive(pid):
 
 
 def _epoch2_step_done(log_path):
-    """Rank 0's Keras progress bar shows a finished step (``k/8``, k < 8) after the ``Epoch 2/2`` header."""
+    """Rank 0's Keras progress bar shows a finished step (``k/STEPS``, k < STEPS) after the ``Epoch 2/2`` header."""
     text = log_path.read_text(errors="replace")
-    return "Epoch 2/2" in text and any(f"{k}/8" in text.split("Epoch 2/2", 1)[1] for k in range(1, 8))
+    if "Epoch 2/2" not in text:
+        return False
+    done = [int(k) for k in re.findall(rf"\b(\d+)/{STEPS}\b", text.split("Epoch 2/2", 1)[1])]
+    return any(0 < k < STEPS for k in done)
 
 
 def _kill_session(proc, ranks=()):
@@ -170,9 +178,10 @@ def test_killed_rank_ends_the_run_and_resume_continues(tmp_path, launcher, victi
     assert elapsed < DEADLINE_S
     if launcher == "mpirun":
         assert f"process rank {victim} with PID" in text and "exited on signal 9" in text, text[-3000:]
-    else:       # horovodrun names the victim, then ends the others (their exit reports may race)
+    else:       # horovodrun reports the victim's SIGKILL and ends the others after the first failure it sees:
+        # the victim's, or that of a rank whose Gloo connection to the victim broke first (abort, 134)
         assert f"Process {victim} exit with status code 137." in text, text[-3000:]
-        assert f"Terminating remaining workers after failure of Process {victim}." in text, text[-3000:]
+        assert re.search(r"Terminating remaining workers after failure of Process \d+\.", text), text[-3000:]
         codes = [int(c) for c in re.findall(r"Process \d+ exit with status code (\d+)\.", text)]
         assert codes and 0 not in codes, text[-3000:]          # nobody reported a clean exit
     assert sorted(os.listdir(ckpts)) == ["ckpt-0001"], os.listdir(ckpts)   # no partial checkpoint 2

@@ -105,7 +105,7 @@ def _alive(pid):
 
 
 def _epoch2_step_done(log_path):
-    """Rank 0's Keras progress bar shows a finished step (``k/STEPS``, k < STEPS) after the ``Epoch 2/2`` header."""
+    """Rank 0's Keras progress bar shows a finished step (``k/STEPS``, 0 < k < STEPS) after ``Epoch 2/2``."""
     text = log_path.read_text(errors="replace")
     if "Epoch 2/2" not in text:
         return False

@@ -6,8 +6,8 @@ test: ``tests/cluster/test_elastic_cluster.py``). :func:`test_uninterrupted_refe
 the top-1 that :func:`test_lost_and_added_back` must stay within 0.02 of.
 
 Run directly (not under mpirun): ``.venv/bin/python -m pytest -q tests/parallel/test_elastic.py``
-(``tests/parallel/run_elastic.sh``; ``make test`` runs it only where the emulated-cluster version cannot run). Each launch runs in its own session, killed
-whole on failure.
+(``tests/parallel/run_elastic.sh``; ``make test`` runs it only where the emulated-cluster version cannot
+run). Each launch runs in its own session, killed whole on failure.
 """
 import pytest
 

@@ -7,6 +7,10 @@ ResNet-50 runs several times slower without them (figures in ``docs/notes/onednn
 :func:`apply` (called when ``horovod_torus`` is imported) sets ``TF_ENABLE_ONEDNN_OPTS=1`` on x86 CPUs
 unless the variable is already set (a user's explicit value, ``0`` included, wins) or TensorFlow is
 already loaded (then nothing changes it: :func:`onednn_enabled` and :func:`warn_if_onednn_off` tell).
+
+:func:`skip_autograph` (called when ``horovod_torus.tensorflow`` is imported) keeps AutoGraph from
+rewriting this package's functions when a user's ``tf.function`` (or Keras' train step) calls them, as
+TensorFlow and Keras keep it from rewriting theirs.
 """
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ import platform
 import sys
 import warnings
 
-__all__ = ["apply", "quiet_logs", "onednn_enabled", "warn_if_onednn_off", "ONEDNN_VAR", "X86"]
+__all__ = ["apply", "skip_autograph", "PACKAGE", "quiet_logs", "onednn_enabled", "warn_if_onednn_off", "ONEDNN_VAR", "X86"]
 
 ONEDNN_VAR = "TF_ENABLE_ONEDNN_OPTS"
 
@@ -40,6 +44,35 @@ def apply(environ=None, machine: str | None = None, modules=None) -> bool:
     if ONEDNN_VAR in environ or machine not in X86 or "tensorflow" in modules:
         return False
     environ[ONEDNN_VAR] = "1"
+    return True
+
+
+#: The package whose functions AutoGraph leaves as they are (:func:`skip_autograph`).
+PACKAGE = "horovod_torus"
+
+
+def skip_autograph() -> bool:
+    """Add ``DoNotConvert("horovod_torus")`` to AutoGraph's conversion rules (once), the rule TensorFlow
+    2.18 applies to ``tensorflow``, ``keras`` and ``numpy`` (``tensorflow/python/autograph/core/config.py``,
+    ``CONVERSION_RULES``; read by ``conversion.is_allowlisted``).
+
+    Why: the package's code branches only on Python values (shapes, dtypes, settings), never on tensors,
+    so AutoGraph's rewrite changes nothing in the graph, but it re-parsed about 100 of its functions the
+    first time a ``tf.function`` called a torus all-reduce: about 10 s of tracing per process on a 2-core
+    Intel Xeon (4 ranks under mpirun; 0.2 s once the rule is in, see docs/notes/performance_work.md).
+
+    Returns:
+        True when the rule is in place (False: this TensorFlow has no such table; nothing changed).
+    """
+    try:
+        from tensorflow.python.autograph.core import config
+    except ImportError:
+        return False
+    rules = getattr(config, "CONVERSION_RULES", None)
+    if rules is None:
+        return False
+    if not any(isinstance(r, config.DoNotConvert) and r.matches(PACKAGE) for r in rules):
+        config.CONVERSION_RULES = (config.DoNotConvert(PACKAGE),) + tuple(rules)
     return True
 
 

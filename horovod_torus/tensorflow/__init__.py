@@ -27,6 +27,10 @@ from horovod.tensorflow import (  # noqa: F401
     vars_to_refs,
 )
 
+from horovod_torus.tf_defaults import skip_autograph
+
+skip_autograph()  # the package's functions run as written inside a user's tf.function (tf_defaults.py)
+
 from horovod_torus.tensorflow.collectives import (  # noqa: F401
     SUPPORTED_DTYPES, grouped_torus_allreduce, torus_allreduce,
 )

@@ -31,7 +31,7 @@ from horovod_torus.scaling import scale
 from horovod_torus.settings import TRANSPORTS
 from horovod_torus.signature import CallSignature
 from horovod_torus.tensorflow.ops import HOROVOD_OPS, check_op, horovod_allreduce, op_label
-from horovod_torus.tensorflow.transports import HorovodTransport, _in_tf1_graph, mpi_allreduce_op
+from horovod_torus.tensorflow.transports import HorovodTransport, MPICheckedFlat, _in_tf1_graph, mpi_allreduce_op
 
 __all__ = ["TorusAllreduce", "SUPPORTED_DTYPES", "TRANSPORTS", "HOROVOD_OPS"]
 
@@ -103,6 +103,7 @@ class TorusAllreduce:
         # init must not start TensorFlow's runtime (users pin GPUs after hvd.init, as with Horovod): the
         # Horovod transport creates its call counter variable at its first call.
         self._horovod = horovod_transport or HorovodTransport(process_sets, guard=guard)
+        self._mpi_flat = MPICheckedFlat(torus_comm, self._horovod) if torus_comm is not None else None
 
     def __repr__(self) -> str:
         return (f"TorusAllreduce(grid={self.grid}, rank={self.rank}, transport={self.transport!r}, "
@@ -320,7 +321,9 @@ class TorusAllreduce:
                                       algorithm=algorithm, name=name or "")
             buf = _pack(members)
             inner_post = 1.0 if narrow else post  # narrow integers: wrap to their width first, then scale
-            if transport == "mpi":
+            if transport == "mpi" and algorithm == "flat":
+                out = allreduce_buffer(self._mpi_flat, buf, signature, pre, inner_post)
+            elif transport == "mpi":
                 out = mpi_allreduce_op(self.torus_comm, buf, signature, pre, inner_post)
             else:
                 out = allreduce_buffer(self._horovod, buf, signature, pre, inner_post)
@@ -336,7 +339,7 @@ class TorusAllreduce:
         """Free the MPI communicators (called by ``shutdown``)."""
         if self.torus_comm is not None:
             self.torus_comm.free()
-            self.torus_comm = None
+            self.torus_comm = self._mpi_flat = None
 
 
 def _barrier() -> None:

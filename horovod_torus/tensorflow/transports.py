@@ -10,6 +10,10 @@
   ``tf.py_function``, in program order); phase 1 (or the flat all-reduce, Horovod's own call on the
   global set) waits for that check, so no data moves before the ranks agree, and no two process sets of
   one call ever have operations in flight at once.
+* :class:`MPICheckedFlat` is the MPI transport's flat call (below the crossover): the signature check on
+  the mpi4py communicator (:meth:`horovod_torus.mpi.TorusComm.verify`, under its deadline, in one small
+  stateful ``tf.numpy_function`` inside ``tf.function``, directly when eager), then Horovod's own flat
+  all-reduce of the buffer gated on it: the flat call of the launcher, with no numpy conversion of the data.
 * :func:`mpi_allreduce_op` runs :func:`horovod_torus.phases.allreduce_buffer` on a
   :class:`horovod_torus.mpi.TorusComm` inside ONE stateful ``tf.numpy_function`` (CPU tensors under
   Horovod's MPI controller): no Horovod negotiation on the data path. Being stateful, the calls run in
@@ -36,7 +40,7 @@ from horovod_torus.signature import (FIELDS, CallSignature, TorusMismatchError, 
 from horovod_torus.stall import TorusStallError, last_stop, left_error
 from horovod_torus.tensorflow.ops import horovod_allreduce
 
-__all__ = ["HorovodTransport", "mpi_allreduce_op", "as_tf_error", "TorusMismatchTFError", "TorusStallTFError",
+__all__ = ["HorovodTransport", "MPICheckedFlat", "mpi_allreduce_op", "as_tf_error", "TorusMismatchTFError", "TorusStallTFError",
            "TorusStallGraphError"]
 
 
@@ -282,3 +286,52 @@ def mpi_allreduce_op(tc, buf: tf.Tensor, signature: CallSignature, prescale: flo
         out = tf.numpy_function(fn, [buf], buf.dtype, stateful=True, name="TorusAllreduceMPI")
     out.set_shape(buf.shape)
     return out
+
+
+class MPICheckedFlat:
+    """:class:`horovod_torus.phases.Transport` of the MPI transport's ``"flat"`` calls: the check on the
+    :class:`horovod_torus.mpi.TorusComm` ``tc``, the data through ``flat`` (the torus' Horovod transport,
+    whose :meth:`HorovodTransport.allreduce_flat` is Horovod's own ``grouped_allreduce`` on the global set).
+
+    Why: the same MPI_Allreduce run inside a ``tf.numpy_function`` paid the tensor conversions and a new
+    output array per call (16 MiB float32, 4 ranks on 2 cores: 1.45x Horovod's call, docs/notes/
+    mpi_transport.md), while the check stays on the communicator of the MPI transport's three phases, so a
+    size that puts one rank above the crossover and another below it is still a mismatch named on every
+    rank (both enter the same check), never two ranks waiting in different libraries. Only ``"flat"``
+    signatures may be run through it (three-phase calls keep :func:`mpi_allreduce_op`).
+    """
+
+    def __init__(self, tc, flat: HorovodTransport):
+        self.tc, self.flat = tc, flat
+        self.grid, self.rank = tc.grid, tc.rank
+
+    def verify(self, signature: CallSignature):
+        tc = self.tc
+        if not tf.executing_eagerly():
+            stall_form = TorusStallGraphError
+
+            def check():
+                _checked(tc, signature, stall_form)
+                return np.int64(0)
+
+            with tf.device("/cpu:0"):
+                return tf.numpy_function(check, [], tf.int64, stateful=True, name="TorusSignatureCheckMPI")
+        _checked(tc, signature, TorusStallTFError)
+        return None
+
+    def allreduce_flat(self, buf, op, out=None):
+        return self.flat.allreduce_flat(buf, op)
+
+    def gate(self, buf, token):
+        return self.flat.gate(buf, token)
+
+
+def _checked(tc, signature: CallSignature, stall_form) -> None:
+    """``tc.verify(signature)`` under its deadline, errors in their TensorFlow forms."""
+    try:
+        with tc.watch(signature.name):
+            tc.verify(signature)
+    except TorusMismatchError as exc:
+        raise as_tf_error(exc) from None
+    except TorusStallError as exc:
+        raise stall_form(exc) from None

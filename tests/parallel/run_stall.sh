@@ -14,7 +14,9 @@
 #     own line names the callback);
 #  7. mpirun, horovod transport (the MPI roll-call channel): as 3;
 #  8. mpirun, numpy API, column_algorithm="tree": rank 3 stops inside the column phase (after the call's
-#     check); ranks 0-2, blocked in the tree's point-to-point steps, must raise TorusStallError naming rank 3.
+#     check); ranks 0-2, blocked in the tree's point-to-point steps, must raise TorusStallError naming rank 3;
+#  9. as 2 with every call below the crossover: the mpi transport's flat calls (checked on its communicator,
+#     their data through Horovod's own all-reduce) must stall the same way.
 # Every launcher must exit non-zero. Per-rank results come from STALL_DIR/rank<R>.txt (the launcher's output
 # interleaves), checked against the expected count. Prints "stall: N passed".
 set -uo pipefail
@@ -28,11 +30,12 @@ passed=0 cases=0
 run_case() {
   local launcher=$1 script=$2 ok_re=$3 ok_n=$4 fin_re=$5 fin_n=$6 log_re=$7 log_n=$8 log dir start rc took ok fin said
   shift 8
-  local xs=(); for kv in "$@"; do xs+=(-x "$kv"); done
+  local xs=(-x HOROVOD_TORUS_MIN_BYTES=0); for kv in "$@"; do xs+=(-x "$kv"); done
+  [[ " $* " == *" HOROVOD_TORUS_MIN_BYTES="* ]] && xs=("${xs[@]:2}")  # the case's own crossover replaces 0
   cases=$((cases + 1))
   log=$(mktemp /tmp/horovod-torus-stall.XXXXXX); dir=$(mktemp -d /tmp/horovod-torus-stall.XXXXXX)
   launcher_command cmd "$launcher" --local --np 4 -x HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=10 -x PYTHONPATH="$PWD" \
-    -x STALL_DIR="$dir" -x TF_CPP_MIN_LOG_LEVEL=2 -x HOROVOD_TORUS_MIN_BYTES=0 "${xs[@]}" -- "$PYTHON" "$script"
+    -x STALL_DIR="$dir" -x TF_CPP_MIN_LOG_LEVEL=2 "${xs[@]}" -- "$PYTHON" "$script"
   start=$(date +%s)
   timeout 120 "${cmd[@]}" > "$log" 2>&1 < /dev/null
   rc=$?; took=$(( $(date +%s) - start ))
@@ -67,5 +70,7 @@ run_case mpirun tests/parallel/test_stall_horovod.py "^STALL OK rank [012] Torus
   "^CLEANUP rank [012]" 3 "$skipped" 1
 run_case mpirun tests/parallel/test_stall_column.py "^COLUMN STALL OK rank [012] call 2 missing \[3\]" 3 \
   "^COLUMN CLEANUP rank [012]" 3 "MPI_Abort" 1
+run_case mpirun tests/parallel/test_stall_keras.py "^KERAS STALL OK rank [123]" 3 "^FINALLY rank [0123]" 4 "MPI_Abort" 1 \
+  HOROVOD_TORUS_MIN_BYTES=1000000000000
 echo "stall: $passed passed, $((cases - passed)) failed"
 [ "$passed" -eq "$cases" ]

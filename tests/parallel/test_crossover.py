@@ -1,5 +1,5 @@
-"""Below min_torus_bytes the torus runs one flat all-reduce of the fused buffer on its transport (Horovod's
-own call, or MPI_Allreduce on the MPI transport); at and above it the three phases run. Both give the
+"""Below min_torus_bytes the torus runs one flat all-reduce of the fused buffer: Horovod's own call (on the
+MPI transport after the check on its communicator); at and above it the three phases run. Both give the
 numpy sum, and Horovod's exact values."""
 import contextlib
 
@@ -73,6 +73,25 @@ def test_flat_path_mismatch_raises_horovods_error_on_every_rank(hvd, world):
                 hvd.allreduce(tf.ones([2]), op=hvd.Sum, prescale_factor=1.0 + rank, strategy=s)
             ok = hvd.allreduce(tf.ones([2]), op=hvd.Sum, strategy=s)   # still usable on every rank
             np.testing.assert_array_equal(ok.numpy(), [size] * 2)
+
+
+def test_sizes_on_both_sides_of_the_crossover_are_a_mismatch_on_every_rank(hvd, world):
+    """Rank 0 below the crossover (the flat call), the others above it (the three phases): both sides enter
+    the same check (the MPI transport's flat call too: on its communicator, not Horovod's), so every rank
+    raises the mismatch naming the sizes instead of waiting in a different library, eagerly and inside
+    tf.function, and the torus stays usable."""
+    size, rank = world
+    n = 2 if rank == 0 else 300                  # 8 bytes and 1,200 bytes of float32 around 1,024
+    with crossover(hvd, 1024):
+        for s in strategies(hvd):
+            x = tf.ones([n])
+            with pytest.raises(tf.errors.FailedPreconditionError, match="(?i)mismatch") as err:
+                hvd.allreduce(x, op=hvd.Sum, strategy=s)
+            assert "elements" in str(err.value) and "300" in str(err.value), str(err.value)
+            with pytest.raises(tf.errors.InvalidArgumentError, match="(?i)mismatch"):
+                tf.function(lambda: hvd.allreduce(x, op=hvd.Sum, strategy=s))()
+            ok = hvd.allreduce(tf.ones([3]), op=hvd.Sum, strategy=s)
+            np.testing.assert_array_equal(ok.numpy(), [size] * 3)
 
 
 def test_calibrate_sets_the_same_crossover_on_every_rank(hvd, world):

@@ -52,11 +52,12 @@ _prepare()  # at import: before the session's hvd fixture initialises Horovod
 
 
 class Spy:
-    """Counts the flat and the three-phase calls a transport makes (wraps two methods of the instance)."""
+    """Counts the flat and the three-phase calls of a transport (wraps ``allreduce_flat`` of ``flat_owner``
+    and ``reduce_scatter`` of ``phase_owner``, instance attributes)."""
 
-    def __init__(self, transport):
+    def __init__(self, flat_owner, phase_owner):
         self.flat = self.phases = 0
-        flat, scatter = transport.allreduce_flat, transport.reduce_scatter
+        flat, scatter = flat_owner.allreduce_flat, phase_owner.reduce_scatter
 
         def allreduce_flat(*a):
             self.flat += 1
@@ -65,8 +66,8 @@ class Spy:
         def reduce_scatter(*a):
             self.phases += 1
             return scatter(*a)
-        transport.allreduce_flat, transport.reduce_scatter = allreduce_flat, reduce_scatter
-        self._undo = lambda: (vars(transport).pop("allreduce_flat"), vars(transport).pop("reduce_scatter"))
+        flat_owner.allreduce_flat, phase_owner.reduce_scatter = allreduce_flat, reduce_scatter
+        self._undo = lambda: (vars(flat_owner).pop("allreduce_flat"), vars(phase_owner).pop("reduce_scatter"))
 
     def counts(self):
         out = (self.flat, self.phases)
@@ -75,10 +76,13 @@ class Spy:
 
 
 def _transports(hvd):
+    """transport -> (the object whose allreduce_flat moves its flat calls' data, the one of its phases): the
+    MPI transport's flat calls are checked on its communicator and move their data with Horovod's flat call
+    (horovod_torus.tensorflow.transports.MPICheckedFlat)."""
     torus = hvd.torus()
-    spies = {"horovod": torus._horovod}
+    spies = {"horovod": (torus._horovod, torus._horovod)}
     if torus.torus_comm is not None:
-        spies["mpi"] = torus.torus_comm
+        spies["mpi"] = (torus._mpi_flat, torus.torus_comm)
     return spies
 
 
@@ -91,14 +95,17 @@ def test_the_default_reads_the_cache_and_picks_flat_below_and_torus_above(hvd, w
     want_transports = ("horovod", "mpi") if torus.torus_comm is not None else ("horovod",)
     assert torus.crossover == {t: CROSSOVER for t in want_transports}
     assert torus.crossover_source == {t: "cache" for t in want_transports}
-    for t, transport in _transports(hvd).items():
-        spy = Spy(transport)
+    for t, owners in _transports(hvd).items():
+        spy = Spy(*owners)
         try:
             for n, algorithm in ((1, "flat"), (CROSSOVER // 4 - 1, "flat"), (CROSSOVER // 4, "torus"),
                                  (CROSSOVER // 4 + 1001, "torus")):
                 assert torus.algorithm(4 * n, t) == algorithm
                 x = tf.constant((np.arange(n) % 7 + rank).astype(np.float32))
+                checks = (torus.torus_comm.calls if torus.torus_comm is not None else 0, torus._horovod.calls())
                 got = hvd.allreduce(x, op=hvd.Sum, strategy=f"torus:{t}").numpy()
+                if t == "mpi":  # both paths checked on the MPI communicator, none by the Horovod transport
+                    assert (torus.torus_comm.calls, torus._horovod.calls()) == (checks[0] + 1, checks[1]), n
                 flat = hvd.allreduce(x, op=hvd.Sum, strategy="horovod").numpy()
                 want = sum((np.arange(n) % 7 + r).astype(np.float32) for r in range(size))
                 np.testing.assert_array_equal(got, want)
@@ -166,7 +173,7 @@ def test_numpy_api_default_picks_flat_below_and_torus_above(hvd, mpi_world, tmp_
     crossover.write_cache(directory, _key("numpy", _mpi_variant()), crossover.Calibration(CROSSOVER, {}, 1, 1, 0.0))
     with TorusComm.create(comm, cache_dir=directory) as tc:
         assert (tc.min_torus_bytes, tc.crossover_source) == (CROSSOVER, "cache")
-        spy = Spy(tc)
+        spy = Spy(tc, tc)
         for n, algorithm in ((2, "flat"), (CROSSOVER // 4 - 1, "flat"), (CROSSOVER // 4, "torus"),
                              (CROSSOVER // 4 + 999, "torus")):
             assert tc.algorithm(4 * n) == algorithm

@@ -24,6 +24,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from horovod_torus.tensorflow import runtime
+
 
 def main():
     hvd.init(grid="2x2")
@@ -32,6 +34,9 @@ def main():
     assert mpi == (os.environ.get("STALL_TRANSPORT", "mpi") == "mpi"), hvd.transport()
     assert deadline == float(os.environ["HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"])
     early = os.environ.get("STALL_EARLY", "sleep" if mpi else "exit")
+    # the model's 3 float32 gradients (12 bytes): the three phases, or with a crossover set the flat call
+    want = "torus" if os.environ["HOROVOD_TORUS_MIN_BYTES"] == "0" else "flat"
+    assert runtime.torus().algorithm(12) == want, (runtime.torus(), want)
     keras.utils.set_random_seed(0)
     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
     model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.01)), loss="mse")

@@ -19,7 +19,8 @@ import platform
 import sys
 import warnings
 
-__all__ = ["apply", "skip_autograph", "PACKAGE", "quiet_logs", "onednn_enabled", "warn_if_onednn_off", "ONEDNN_VAR", "X86"]
+__all__ = ["apply", "skip_autograph", "PACKAGE", "quiet_logs", "onednn_enabled", "warn_if_onednn_off", "ONEDNN_VAR",
+           "X86"]
 
 ONEDNN_VAR = "TF_ENABLE_ONEDNN_OPTS"
 

@@ -10,8 +10,9 @@ size below which one flat all-reduce replaces the three phases) and does, per ca
 4. per buffer, run the shipped algorithm :func:`horovod_torus.phases.allreduce_buffer` on the transport:
    the cross-rank signature check, pre-scale, the three phases, post-scale with 1/N for Average
    (:mod:`horovod_torus.scaling`); below ``min_torus_bytes`` the same function's flat branch instead (one
-   all-reduce of the whole buffer on the same transport: ``hvd.allreduce`` on the Horovod transport,
-   ``MPI_Allreduce`` on the MPI one), so small buffers never pay for three collectives;
+   all-reduce of the whole buffer: Horovod's own call, on the MPI transport after the check on its
+   communicator, :class:`horovod_torus.tensorflow.transports.MPICheckedFlat`), so small buffers never pay
+   for three collectives;
 5. split, restore shapes and dtypes, decompress.
 
 The gradient of the call is the same call on the upstream gradients (as Horovod's allreduce gradient),

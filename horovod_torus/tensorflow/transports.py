@@ -40,8 +40,8 @@ from horovod_torus.signature import (FIELDS, CallSignature, TorusMismatchError, 
 from horovod_torus.stall import TorusStallError, last_stop, left_error
 from horovod_torus.tensorflow.ops import horovod_allreduce
 
-__all__ = ["HorovodTransport", "MPICheckedFlat", "mpi_allreduce_op", "as_tf_error", "TorusMismatchTFError", "TorusStallTFError",
-           "TorusStallGraphError"]
+__all__ = ["HorovodTransport", "MPICheckedFlat", "mpi_allreduce_op", "as_tf_error", "TorusMismatchTFError",
+           "TorusStallTFError", "TorusStallGraphError"]
 
 
 class TorusMismatchTFError(tf.errors.FailedPreconditionError, TorusMismatchError):
@@ -274,13 +274,8 @@ def mpi_allreduce_op(tc, buf: tf.Tensor, signature: CallSignature, prescale: flo
     stall_form = TorusStallTFError if tf.executing_eagerly() else TorusStallGraphError
 
     def fn(a):
-        try:
-            with tc.watch(signature.name):
-                return np.asarray(allreduce_buffer(tc, a, signature, prescale, postscale), dtype=a.dtype)
-        except TorusMismatchError as exc:
-            raise as_tf_error(exc) from None
-        except TorusStallError as exc:
-            raise stall_form(exc) from None
+        return _watched(tc, signature, stall_form, lambda: np.asarray(
+            allreduce_buffer(tc, a, signature, prescale, postscale), dtype=a.dtype))
 
     with tf.device("/cpu:0"):
         out = tf.numpy_function(fn, [buf], buf.dtype, stateful=True, name="TorusAllreduceMPI")
@@ -306,18 +301,16 @@ class MPICheckedFlat:
         self.grid, self.rank = tc.grid, tc.rank
 
     def verify(self, signature: CallSignature):
-        tc = self.tc
-        if not tf.executing_eagerly():
-            stall_form = TorusStallGraphError
+        def check(stall_form):
+            _watched(self.tc, signature, stall_form, lambda: self.tc.verify(signature))
+            return np.int64(0)
 
-            def check():
-                _checked(tc, signature, stall_form)
-                return np.int64(0)
-
-            with tf.device("/cpu:0"):
-                return tf.numpy_function(check, [], tf.int64, stateful=True, name="TorusSignatureCheckMPI")
-        _checked(tc, signature, TorusStallTFError)
-        return None
+        if tf.executing_eagerly():
+            check(TorusStallTFError)
+            return None
+        with tf.device("/cpu:0"):
+            return tf.numpy_function(lambda: check(TorusStallGraphError), [], tf.int64, stateful=True,
+                                     name="TorusSignatureCheckMPI")
 
     def allreduce_flat(self, buf, op, out=None):
         return self.flat.allreduce_flat(buf, op)
@@ -326,11 +319,12 @@ class MPICheckedFlat:
         return self.flat.gate(buf, token)
 
 
-def _checked(tc, signature: CallSignature, stall_form) -> None:
-    """``tc.verify(signature)`` under its deadline, errors in their TensorFlow forms."""
+def _watched(tc, signature: CallSignature, stall_form, fn):
+    """``fn()`` (MPI steps of one call on ``tc``) under ``tc``'s deadline, its errors in their TensorFlow
+    forms: a mismatch as :class:`TorusMismatchTFError`, a stall as ``stall_form``."""
     try:
         with tc.watch(signature.name):
-            tc.verify(signature)
+            return fn()
     except TorusMismatchError as exc:
         raise as_tf_error(exc) from None
     except TorusStallError as exc:

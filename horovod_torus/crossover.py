@@ -17,9 +17,11 @@ of the torus: latency dominates and three collectives cost more than one. The se
    after the reduction every rank holds the same numbers, so every rank takes the same decision); the
    torus wins a size when the median over the rounds of torus / flat is at most :data:`MARGIN` (when in
    doubt, the flat call); the rounds stop as soon as that median is decided (more than half of them on
-   one side). The crossover is the smallest size from which the torus wins at every larger measured
-   size; the scan stops at the first size the torus loses (on one host: usually the first, the largest);
-   :data:`NEVER` when it loses at the largest;
+   one side). The scan stops at the first size the torus loses (on one host: usually the first, the
+   largest), after one more size between it and the last win (:func:`midpoint`: 8 MiB between 4 and
+   16 MiB), so that the crossover is found to a factor of 2, not of the sizes' 4. The crossover is the
+   smallest size from which the torus wins at every larger measured size; :data:`NEVER` when it loses at
+   the largest;
 4. rank 0 writes the result atomically (:func:`horovod_torus.atomic.write_json_atomic`); a directory that
    cannot be written gives a warning, not an error.
 
@@ -45,7 +47,7 @@ import numpy as np
 from horovod_torus.atomic import write_json_atomic
 
 __all__ = ["CrossoverKey", "Calibration", "CrossoverCacheWarning", "host_runs", "cache_path", "read_cache",
-           "write_cache", "decide", "calibrate", "resolve", "show", "NEVER", "FORMAT", "DEFAULT_SIZES", "ROUNDS",
+           "write_cache", "decide", "calibrate", "midpoint", "resolve", "show", "NEVER", "FORMAT", "DEFAULT_SIZES", "ROUNDS",
            "CALLS", "LARGE_BYTES", "MARGIN"]
 
 #: ``min_torus_bytes`` that means "always the flat all-reduce" (no buffer is that large).
@@ -207,7 +209,8 @@ def calibrate(measure: Callable, agree_max: Callable, sizes=DEFAULT_SIZES, round
     :data:`LARGE_BYTES` and one from it; each rank's medians are reduced with ``agree_max`` and the round's
     ratio is torus / flat. The rounds stop once more than half of ``rounds`` fall on one side of
     ``margin`` (the median is then decided), else after ``rounds``; the size's ratio is the median. The
-    sizes stop at the first the torus loses.
+    sizes stop at the first the torus loses, after the :func:`midpoint` between it and the smallest size
+    the torus won (when there is one): that size is measured the same way.
 
     Args:
         measure: ``measure(nbytes, algorithm, calls, warmup) -> list of seconds``: ``calls`` timed calls of
@@ -225,8 +228,8 @@ def calibrate(measure: Callable, agree_max: Callable, sizes=DEFAULT_SIZES, round
         raise ValueError(f"calibrate needs sizes (got {list(sizes)}), rounds >= 1 (got {rounds}) and calls >= 1 "
                          f"(got {calls})")
     start = time.perf_counter()
-    ratios: dict = {}
-    for nbytes in sorted(set(int(s) for s in sizes), reverse=True):
+
+    def ratio_at(nbytes: int) -> float:
         count = calls if nbytes < LARGE_BYTES else 1
         per_round = []
         for r in range(rounds):
@@ -239,11 +242,30 @@ def calibrate(measure: Callable, agree_max: Callable, sizes=DEFAULT_SIZES, round
             wins = sum(x <= margin for x in per_round)
             if max(wins, len(per_round) - wins) > rounds // 2:
                 break
-        ratios[nbytes] = float(statistics.median(per_round))
+        return float(statistics.median(per_round))
+
+    ratios: dict = {}
+    won = None  # the smallest size the torus won so far
+    for nbytes in sorted(set(int(s) for s in sizes), reverse=True):
+        ratios[nbytes] = ratio_at(nbytes)
         if not ratios[nbytes] <= margin:
+            between = midpoint(nbytes, won)
+            if between is not None:  # the crossover lies between: one more size halves the gap
+                ratios[between] = ratio_at(between)
             break
+        won = nbytes
     return Calibration(min_torus_bytes=decide(ratios, margin), ratios=ratios, rounds=rounds, calls=calls,
                        seconds=time.perf_counter() - start)
+
+
+def midpoint(lost: int, won: int | None) -> int | None:
+    """The size :func:`calibrate` measures between a size the torus ``lost`` and the next larger one it
+    ``won`` (bytes): their geometric mean, a multiple of 4 bytes (one float32), or None when there is no
+    larger win or no such size strictly between them (e.g. 8 MiB between 4 and 16 MiB)."""
+    if won is None:
+        return None
+    mid = int(round((lost * won) ** 0.5 / 4)) * 4
+    return mid if lost < mid < won else None
 
 
 def resolve(key: CrossoverKey, *, rank: int, cache_dir: str | None, broadcast: Callable,

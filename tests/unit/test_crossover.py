@@ -115,17 +115,22 @@ def fake_times(costs):
 def test_calibrate_alternates_orders_warms_up_once_and_stops_at_the_first_loss():
     sizes = (4096, 65536, 1 << 20)
     costs = {(1 << 20, "flat"): 2.0, (1 << 20, "torus"): 1.0, (65536, "flat"): 1.0, (65536, "torus"): 0.5,
-             (4096, "flat"): 1.0, (4096, "torus"): 3.0}
+             (4096, "flat"): 1.0, (4096, "torus"): 3.0, (16384, "flat"): 1.0, (16384, "torus"): 0.5}
     measure, log = fake_times(costs)
     result = calibrate(measure, lambda v: v, sizes=sizes, rounds=5, calls=2)
-    assert result.min_torus_bytes == 65536
-    assert result.ratios == {1 << 20: 0.5, 65536: 0.5, 4096: 3.0}
+    # the torus loses at 4 KiB after a win at 64 KiB: 16 KiB, between them, is measured too, and wins
+    assert result.min_torus_bytes == 16384
+    assert result.ratios == {1 << 20: 0.5, 65536: 0.5, 4096: 3.0, 16384: 0.5}
     # 3 rounds of 5 on one side decide the median: the rounds stop there, per size
     big = [x for x in log if x[0] == 1 << 20]
     assert [x[1] for x in big] == ["flat", "torus", "torus", "flat", "flat", "torus"]
     assert [x[3] for x in big] == [1, 1, 0, 0, 0, 0]        # one warm-up per algorithm and size
     assert {x[2] for x in big} == {1} and {x[2] for x in log if x[0] < 1 << 20} == {2}  # 1 call from 1 MiB
-    assert [x[0] for x in log] == [1 << 20] * 6 + [65536] * 6 + [4096] * 6
+    assert [x[0] for x in log] == [1 << 20] * 6 + [65536] * 6 + [4096] * 6 + [16384] * 6
+    # a loss between them too: the crossover stays at the last win, and nothing more is measured
+    measure, log = fake_times({**costs, (16384, "torus"): 1.2})
+    result = calibrate(measure, lambda v: v, sizes=sizes, rounds=5, calls=2)
+    assert result.min_torus_bytes == 65536 and result.ratios[16384] == 1.2 and len(log) == 24
     # on one host the flat call wins at the largest size: one size measured, never the torus
     measure, log = fake_times({k: (1.0 if k[1] == "flat" else 1.5) for k in costs})
     result = calibrate(measure, lambda v: v, sizes=sizes)
@@ -133,6 +138,14 @@ def test_calibrate_alternates_orders_warms_up_once_and_stops_at_the_first_loss()
     assert result.ratios == {1 << 20: 1.5} and result.rounds == crossover.ROUNDS
     with pytest.raises(ValueError, match="rounds >= 1"):
         calibrate(measure, lambda v: v, sizes=sizes, rounds=0)
+
+
+@pytest.mark.parametrize("lost, won, want", [
+    (4 << 20, 16 << 20, 8 << 20), (4096, 65536, 16384), (4096, None, None), (4096, 8192, 5792),
+    (4096, 4100, None), (4096, 4096, None),
+])
+def test_midpoint_is_the_geometric_mean_in_whole_float32s(lost, won, want):
+    assert crossover.midpoint(lost, won) == want
 
 
 def test_calibrate_takes_the_median_over_rounds():
@@ -169,8 +182,9 @@ def test_ranks_that_measure_differently_agree_on_the_maximum():
 
 def test_ranks_whose_torus_wins_only_on_some_sizes_agree_per_size():
     def body(t):
-        slow = 1.2 if t.rank == 3 else 0.6   # rank 3's torus is slow at 4 KiB only
-        costs = {(4096, "flat"): 1.0, (4096, "torus"): slow, (65536, "flat"): 1.0, (65536, "torus"): 0.5}
+        slow = 1.2 if t.rank == 3 else 0.6   # rank 3's torus is slow below 64 KiB only
+        costs = {(4096, "flat"): 1.0, (4096, "torus"): slow, (65536, "flat"): 1.0, (65536, "torus"): 0.5,
+                 (16384, "flat"): 1.0, (16384, "torus"): slow}
         measure, _ = fake_times(costs)
         return calibrate(measure, lambda v: np.max(np.stack(t.world.exchange(t.rank, np.asarray(v))), axis=0),
                          sizes=(4096, 65536), rounds=3, calls=1)

@@ -1,6 +1,7 @@
 """The cluster benchmark over repeated launches: median and min-max over launches, the algorithm that ran,
 per-launch ratio ranges, the planner's pass counts, the launch plan and raw files, the time estimate, and
 the results page on the old and the new bench.json."""
+import dataclasses
 import json
 import pathlib
 import shutil
@@ -134,6 +135,15 @@ def test_a_torus_row_that_ran_flat_is_predicted_as_the_flat_call():
     assert by["torus", "horovodrun"]["model"] == "torus 2x4"  # it ran the torus
     assert by["torus", "horovodrun"]["predicted_s"] == pytest.approx(cluster_torus_time(c, "2x4", n))
     assert by["ring", "horovodrun"]["predicted_s"] == pytest.approx(cluster_ring_time(c, n))
+    # the numpy API's flat call from 1 MiB is libnbc's MPI_Iallreduce: Rabenseifner's, textbook exchanges,
+    # whatever the fitted efficiency of Open MPI's default MPI_Allreduce; below 1 MiB the blocking call
+    slow = dataclasses.replace(c, exchange_efficiency=0.5)
+    for size, want in ((n, cluster_halving_doubling_time(c, n)),
+                       (MIB // 2, cluster_halving_doubling_time(slow, MIB // 2))):
+        row = {**by["mpi-torus", "mpirun"], "algorithm": "flat", "size_bytes": size}
+        (got,) = add_predictions([row], {"rails": slow}, "2x4", ("node", "mpi-ring", "mpirun"))
+        assert got["predicted_s"] == pytest.approx(want) and got["model"].endswith("(flat call)")
+        assert ("libnbc" in got["model"]) == (size >= MIB)
 
 
 def test_rows_table_shows_ranges_and_flat_runs():

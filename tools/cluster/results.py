@@ -225,15 +225,26 @@ def add_predictions(rows, clusters: dict, grid: str, reference: tuple, *more_ref
 
     clusters: wiring -> Cluster; reference (and more_references): (wiring, strategy, launcher) whose rows
     a parameter was fitted on. A torus row whose every launch ran the flat call (``algorithm`` ``flat``:
-    below its crossover) is predicted as that flat call (the launcher's Horovod all-reduce, i.e. the
-    ``ring`` row's model), its model labelled ``... (flat call)``.
+    below its crossover) is predicted as that flat call, its model labelled ``... (flat call)``: the
+    launcher's Horovod all-reduce (the ``ring`` row's model), except for the numpy API's (``mpi-torus``)
+    from :data:`horovod_torus.mpi.FLAT_NONBLOCKING_MIN_BYTES`, an ``MPI_Iallreduce``: Open MPI's libnbc, which
+    for 4 or more ranks, 64 KiB or more, a commutative op and separate buffers runs Rabenseifner's
+    reduce-scatter + all-gather whatever algorithm the tuned component is forced to (``nbc_iallreduce.c``),
+    predicted as halving-doubling with the textbook exchanges (``exchange_efficiency`` 1: the fitted
+    efficiency describes the tuned component's default ``MPI_Allreduce``, not libnbc).
     """
+    from horovod_torus.mpi import FLAT_NONBLOCKING_MIN_BYTES  # here: mpi4py starts MPI when imported
+
     fitted = {tuple(reference), *(tuple(x) for x in more_references)}
     out = []
     for r in rows:
         flat = "torus" in r["strategy"] and r.get("algorithm") == "flat"
-        model, t = predict_row(clusters[r["wiring"]], "ring" if flat else r["strategy"], r["launcher"],
-                               r["size_bytes"], grid, r.get("ompi_allreduce"))
+        if flat and r["strategy"] == "mpi-torus" and r["size_bytes"] >= FLAT_NONBLOCKING_MIN_BYTES:
+            model, t = "halving-doubling, libnbc", cluster_halving_doubling_time(
+                dataclasses.replace(clusters[r["wiring"]], exchange_efficiency=1.0), r["size_bytes"])
+        else:
+            model, t = predict_row(clusters[r["wiring"]], "ring" if flat else r["strategy"], r["launcher"],
+                                   r["size_bytes"], grid, r.get("ompi_allreduce"))
         out.append({**r, "model": model + (" (flat call)" if flat else ""), "predicted_s": t,
                     "calibration": (r["wiring"], r["strategy"], r["launcher"]) in fitted})
     return out

@@ -11,6 +11,7 @@ reducer all ask here) and of the flat Horovod all-reduce that the ``"horovod"`` 
 from __future__ import annotations
 
 import horovod.tensorflow as _hvd
+import tensorflow as tf
 
 __all__ = ["TORUS_OPS", "HOROVOD_OPS", "op_label", "check_op", "horovod_allreduce"]
 
@@ -59,10 +60,18 @@ def horovod_allreduce(tensors, op=Average, name=None, compression=Compression.no
     The ``"horovod"`` strategy (alias ``"ring"``, the reference every strategy must equal): one fused
     Horovod response for all ``tensors`` (Horovod's MPI_Allreduce, Gloo ring or NCCL all-reduce). Accepts
     every Horovod op (Average, Sum, Min, Max, Product, Adasum); returns a list of tensors of the inputs'
-    shapes and dtypes.
+    shapes and dtypes. Inside a ``tf.function`` without ``name`` the op is named by the graph's own count
+    (``HorovodFlatAllreduce``, ``HorovodFlatAllreduce_1``, ...: the same on every rank that traces the same
+    function), not after its inputs as Horovod would: a captured eager tensor's name is its process-wide id.
     """
     tensors = list(tensors)
     if not tensors:
         return []
+    if name is None and not tf.executing_eagerly():
+        # Horovod names an unnamed graph op after its inputs and matches ops across ranks by name; an eager
+        # tensor captured by a tf.function is named after its process-wide id, which differs between ranks
+        # that made different numbers of eager tensors (they would wait until the stall deadline). The
+        # graph's own count is the same on every rank that traces the same function.
+        name = tf.compat.v1.get_default_graph().unique_name("HorovodFlatAllreduce")
     return list(_hvd.grouped_allreduce(tensors, op=op, name=name, compression=compression,
                                        prescale_factor=prescale_factor, postscale_factor=postscale_factor))

@@ -181,6 +181,21 @@ def test_min_max_product_take_horovods_allreduce(hvd):
         np.testing.assert_allclose(grouped[1].numpy(), 2 * np.array([3.0, -1.0, 2.0]) * [size, 1, size])
 
 
+def test_a_captured_eager_tensor_reduces_inside_tf_function(hvd):
+    """An eager tensor captured by a tf.function, on ranks that made different numbers of eager tensors
+    first: every strategy's result equals numpy's, Sum (the torus) and Max (Horovod's call for every
+    strategy). Horovod would name the op after the capture, i.e. the tensor's id, which differs between the
+    ranks: they waited on differently named ops until the stall deadline."""
+    rank, size = flat_hvd.rank(), flat_hvd.size()
+    _ = [tf.constant(float(i)) for i in range(3 * rank + 1)]  # rank-dependent eager tensor ids
+    x = tf.constant([3.0, -1.0, 2.0]) * (rank + 1)
+    inputs = [np.array([3.0, -1.0, 2.0], np.float32) * (r + 1) for r in range(size)]
+    for strategy in ["horovod", "torus"] + torus_transports(hvd):
+        for op, want in ((flat_hvd.Sum, np.add.reduce), (flat_hvd.Max, np.maximum.reduce)):
+            got = tf.function(lambda: hvd.allreduce(x, op=op, strategy=strategy))().numpy()
+            np.testing.assert_allclose(got, want(inputs), rtol=1e-6, err_msg=f"{strategy} {op}")
+
+
 def test_sparse_rules_checked_before_any_collective(hvd):
     """A list mixing tensors and IndexedSlices with op=Min raises NotImplementedError (Horovod's rule) on
     every rank before the dense part is reduced."""

@@ -47,8 +47,8 @@ import numpy as np
 from horovod_torus.atomic import write_json_atomic
 
 __all__ = ["CrossoverKey", "Calibration", "CrossoverCacheWarning", "host_runs", "cache_path", "read_cache",
-           "write_cache", "decide", "calibrate", "midpoint", "resolve", "show", "NEVER", "FORMAT", "DEFAULT_SIZES", "ROUNDS",
-           "CALLS", "LARGE_BYTES", "MARGIN"]
+           "write_cache", "decide", "calibrate", "midpoint", "resolve", "show", "NEVER", "FORMAT", "DEFAULT_SIZES",
+           "ROUNDS", "CALLS", "LARGE_BYTES", "MARGIN"]
 
 #: ``min_torus_bytes`` that means "always the flat all-reduce" (no buffer is that large).
 NEVER = 2 ** 62

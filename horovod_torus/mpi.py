@@ -327,12 +327,20 @@ class TorusComm:
             return self.column_algorithm
         return self.column_model.choose(self.grid.y, column_bytes(nbytes, self.grid.x))
 
-    def verify(self, signature: CallSignature):
+    def verify(self, signature: CallSignature, column: str | None = None):
+        """:meth:`horovod_torus.phases.Transport.verify` on this communicator (the call number is
+        :attr:`calls`). ``column``: the column word of the check (a key of
+        :data:`horovod_torus.signature.COLUMN_CODES`; None: this communicator's own choice for a torus
+        call, :meth:`algorithm_for`, which its phase 2 then runs)."""
         self.calls += 1
         torus = signature.algorithm == "torus" and signature.elements > 0
-        self._column = self.algorithm_for(signature.elements * _itemsize(signature.dtype)) if torus else ""
+        if column is None:  # this communicator's phases run the call: phase 2 takes the chosen column
+            column = self.algorithm_for(signature.elements * _itemsize(signature.dtype)) if torus else ""
+            self._column = column
+        else:  # another transport moves the data
+            self._column = ""
         if self.grid.size > 1:
-            both, reduced = self._check_buffers(signature, self._column)
+            both, reduced = self._check_buffers(signature, column)
             both[0], both[both.size // 2] = self.calls, -self.calls  # the call number and its negation
             if self.deadline:  # a rank may not come: wait under the deadline
                 self._wait([self.comm.Iallreduce(both, reduced, op=MPI.MAX)])

@@ -42,8 +42,10 @@ _OPS = {0: "Average", 1: "Sum"}
 _ALGORITHMS = {0: "torus", 1: "flat"}
 _OP_CODES = {v: k for k, v in _OPS.items()}
 #: The column algorithm a torus call chose (:mod:`horovod_torus.columns`) -> its code in the algorithm
-#: word ("": none chosen: a flat call, a grid of one row, the Horovod transport).
-COLUMN_CODES = {"": 0, "mpi": 1, "ring": 2, "halving-doubling": 3, "tree": 4}
+#: word ("": none chosen: a flat call, a grid of one row, the Horovod transport's own check;
+#: ``"hvd.allreduce"``: the Horovod transport's torus call checked on the MPI communicator, phase 2 being
+#: Horovod's all-reduce on the column's process set).
+COLUMN_CODES = {"": 0, "mpi": 1, "ring": 2, "halving-doubling": 3, "tree": 4, "hvd.allreduce": 5}
 _CODE_COLUMNS = {v: k for k, v in COLUMN_CODES.items()}
 #: The algorithm word is ``algorithm code + COLUMN_SHIFT * column code``.
 COLUMN_SHIFT = 8

@@ -270,11 +270,19 @@ def left_stall(alarm, rows, left, grid) -> TorusStallError:
 def exit_check_mpi(tc) -> None:
     """At the process's exit (registered by ``init`` on the mpi transport): ``tc.leave()``; when it raises
     (this rank left while others still made torus calls) print why and end the job (status 1 everywhere).
-    Skipped after a stall this process raised: its own exit hook ends the job."""
+    Skipped after a stall this process raised: its own exit hook ends the job. When the roll call found
+    every rank at the exit check's call number, the others were waiting in a real call of that number
+    while this rank was leaving: the line says how many calls this rank made (as the Horovod transport's
+    :func:`horovod_torus.tensorflow.guard.exit_check` does)."""
     if _abort_registered["done"]:
         return
     try:
         tc.leave()
     except TorusStallError as exc:
-        print(f"horovod_torus: rank {tc.rank} exits with status 1: {exc}", file=sys.stderr, flush=True)
+        if exc.name == "<exit>" and not exc.missing:
+            stop = f"; it had stopped training: {last_stop()}" if last_stop() else ""
+            why = f"it made {exc.call - 1} torus calls while the other ranks waited in call {exc.call}{stop}"
+        else:
+            why = str(exc)
+        print(f"horovod_torus: rank {tc.rank} exits with status 1: {why}", file=sys.stderr, flush=True)
         _abort_when_peers_exit(tc.alarm, [r for r in range(tc.alarm.Get_size()) if r != tc.rank])

@@ -212,8 +212,9 @@ def _init_count() -> int:
 def _register_exit_check() -> None:
     """Once per process: at exit, the exit check of the running torus' transport (the exit signature, so
     that a rank leaving while others still make torus calls ends the run on every rank at once, and
-    exits with status 1 saying why): :func:`horovod_torus.tensorflow.guard.exit_check` on the Horovod
-    transport, :func:`horovod_torus.stall.exit_check_mpi` on the mpi one. Registered after ``hvd.init``,
+    exits with status 1 saying why): :func:`horovod_torus.stall.exit_check_mpi` under Horovod's MPI
+    controller (where every call is checked on the mpi4py communicator, TF1 Session graphs' excepted),
+    :func:`horovod_torus.tensorflow.guard.exit_check` on the Horovod transport otherwise. Registered after ``hvd.init``,
     so it runs before Horovod's own atexit shutdown."""
     if not _current.get("exit_check"):
         _current["exit_check"] = True
@@ -222,7 +223,7 @@ def _register_exit_check() -> None:
             current = _current["torus"]
             if current is None or current._horovod.guard is None:
                 return
-            if current.transport == "mpi" and current.torus_comm is not None:
+            if current.torus_comm is not None:  # every call outside a TF1 Session graph is checked there
                 exit_check_mpi(current.torus_comm)
             else:
                 exit_check(current._horovod)
@@ -360,8 +361,8 @@ def shutdown() -> None:
     Horovod's shutdown on any rank (rank 0 coordinates every process set) would fail the other row's op."""
     if _current["torus"] is not None:
         if _hvd.is_initialized() and _hvd.size() > 1:
-            if _current["torus"].transport == "mpi" and _current["torus"].torus_comm is not None:
-                _current["torus"].torus_comm.leave()  # a rank still in an mpi torus call: raise, naming it
+            if _current["torus"].torus_comm is not None:
+                _current["torus"].torus_comm.leave()  # a rank still in a call checked on MPI: raise, naming it
             leave(_current["torus"]._horovod)
         if _current["torus"]._horovod.guard is not None:
             _current["torus"]._horovod.guard.close()

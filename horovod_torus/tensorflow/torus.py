@@ -10,9 +10,10 @@ size below which one flat all-reduce replaces the three phases) and does, per ca
 4. per buffer, run the shipped algorithm :func:`horovod_torus.phases.allreduce_buffer` on the transport:
    the cross-rank signature check, pre-scale, the three phases, post-scale with 1/N for Average
    (:mod:`horovod_torus.scaling`); below ``min_torus_bytes`` the same function's flat branch instead (one
-   all-reduce of the whole buffer: Horovod's own call, on the MPI transport after the check on its
-   communicator, :class:`horovod_torus.tensorflow.transports.MPICheckedFlat`), so small buffers never pay
-   for three collectives;
+   all-reduce of the whole buffer: Horovod's own call), so small buffers never pay for three collectives.
+   Under Horovod's MPI controller every call whose data moves with Horovod ops (the Horovod transport's,
+   the MPI transport's flat ones) is checked on the mpi4py communicator
+   (:class:`horovod_torus.tensorflow.transports.MPIChecked`), not with one more Horovod negotiation;
 5. split, restore shapes and dtypes, decompress.
 
 The gradient of the call is the same call on the upstream gradients (as Horovod's allreduce gradient),
@@ -32,7 +33,7 @@ from horovod_torus.scaling import scale
 from horovod_torus.settings import TRANSPORTS
 from horovod_torus.signature import CallSignature
 from horovod_torus.tensorflow.ops import HOROVOD_OPS, check_op, horovod_allreduce, op_label
-from horovod_torus.tensorflow.transports import HorovodTransport, MPICheckedFlat, _in_tf1_graph, mpi_allreduce_op
+from horovod_torus.tensorflow.transports import HorovodTransport, MPIChecked, _in_tf1_graph, mpi_allreduce_op
 
 __all__ = ["TorusAllreduce", "SUPPORTED_DTYPES", "TRANSPORTS", "HOROVOD_OPS"]
 
@@ -104,7 +105,10 @@ class TorusAllreduce:
         # init must not start TensorFlow's runtime (users pin GPUs after hvd.init, as with Horovod): the
         # Horovod transport creates its call counter variable at its first call.
         self._horovod = horovod_transport or HorovodTransport(process_sets, guard=guard)
-        self._mpi_flat = MPICheckedFlat(torus_comm, self._horovod) if torus_comm is not None else None
+        #: The transport object of the calls checked on ``torus_comm`` whose data moves with Horovod ops (the
+        #: MPI transport's flat calls; the Horovod transport's calls unless an elastic job passed its own).
+        self._mpi_checked = MPIChecked(torus_comm, self._horovod) if torus_comm is not None else None
+        self._horovod_checked_on_mpi = self._mpi_checked is not None and horovod_transport is None
 
     def __repr__(self) -> str:
         return (f"TorusAllreduce(grid={self.grid}, rank={self.rank}, transport={self.transport!r}, "
@@ -179,7 +183,10 @@ class TorusAllreduce:
         hosts = crossover.host_runs(_hvd.allgather_object(socket.gethostname(), name="horovod_torus_hosts"))
         for t in self.transports():
             tc = self.torus_comm
-            variant = f"column={tc.column_algorithm};model={tc.column_model.source}" if t == "mpi" else ""
+            if t == "mpi":
+                variant = f"column={tc.column_algorithm};model={tc.column_model.source}"
+            else:  # where the Horovod transport's calls are checked changes what they cost
+                variant = "check=mpi" if self._horovod_checked_on_mpi else ""
             key = crossover.CrossoverKey(world_size=self.grid.size, grid=str(self.grid), launcher=launcher,
                                          hosts=hosts, transport=t, variant=variant, version=__version__)
             value, source = crossover.resolve(
@@ -322,12 +329,10 @@ class TorusAllreduce:
                                       algorithm=algorithm, name=name or "")
             buf = _pack(members)
             inner_post = 1.0 if narrow else post  # narrow integers: wrap to their width first, then scale
-            if transport == "mpi" and algorithm == "flat":
-                out = allreduce_buffer(self._mpi_flat, buf, signature, pre, inner_post)
-            elif transport == "mpi":
+            if transport == "mpi" and algorithm == "torus":
                 out = mpi_allreduce_op(self.torus_comm, buf, signature, pre, inner_post)
             else:
-                out = allreduce_buffer(self._horovod, buf, signature, pre, inner_post)
+                out = allreduce_buffer(self._data_transport(transport), buf, signature, pre, inner_post)
             for i, r in zip(g.indices, _unpack(out, g)):
                 if wire[i] is not None:
                     r = tf.cast(r, own[i])
@@ -336,11 +341,22 @@ class TorusAllreduce:
                 results[i] = compression.decompress(r, ctxs[i])
         return results
 
+    def _data_transport(self, transport: str):
+        """The :class:`horovod_torus.phases.Transport` of a call whose data moves with Horovod ops: checked
+        on the MPI communicator (:class:`MPIChecked`) for the MPI transport's flat calls and, under Horovod's
+        MPI controller, for the Horovod transport's calls; checked through Horovod (the
+        :class:`HorovodTransport` itself) under Gloo, in an elastic job and in a TF1 Session graph (which
+        orders no stateful op: its checks pair by Horovod op name)."""
+        if transport == "mpi" or (self._horovod_checked_on_mpi and not _in_tf1_graph()):
+            return self._mpi_checked
+        return self._horovod
+
     def free(self) -> None:
         """Free the MPI communicators (called by ``shutdown``)."""
         if self.torus_comm is not None:
             self.torus_comm.free()
-            self.torus_comm = self._mpi_flat = None
+            self.torus_comm = self._mpi_checked = None
+            self._horovod_checked_on_mpi = False
 
 
 def _barrier() -> None:

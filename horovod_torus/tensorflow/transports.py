@@ -10,10 +10,14 @@
   ``tf.py_function``, in program order); phase 1 (or the flat all-reduce, Horovod's own call on the
   global set) waits for that check, so no data moves before the ranks agree, and no two process sets of
   one call ever have operations in flight at once.
-* :class:`MPICheckedFlat` is the MPI transport's flat call (below the crossover): the signature check on
-  the mpi4py communicator (:meth:`horovod_torus.mpi.TorusComm.verify`, under its deadline, in one small
-  stateful ``tf.numpy_function`` inside ``tf.function``, directly when eager), then Horovod's own flat
-  all-reduce of the buffer gated on it: the flat call of the launcher, with no numpy conversion of the data.
+* :class:`MPIChecked` is how every call that moves its data with Horovod ops is checked when Horovod runs on
+  its MPI controller (mpirun): the MPI transport's flat calls (below the crossover) and every call of the
+  Horovod transport (flat, or the three phases on the process sets). The signature check runs on the mpi4py
+  communicator (:meth:`horovod_torus.mpi.TorusComm.verify`, under its deadline, in one small stateful
+  ``tf.numpy_function`` inside ``tf.function``, directly when eager), then the Horovod ops, gated on it.
+  One MPI_Allreduce of 20 int64 words instead of one more Horovod negotiation per call; and every call of
+  both transports is numbered and checked on one communicator, so ranks that disagree on the transport or
+  on the crossover meet in the same check and raise a mismatch, never wait in two libraries.
 * :func:`mpi_allreduce_op` runs :func:`horovod_torus.phases.allreduce_buffer` on a
   :class:`horovod_torus.mpi.TorusComm` inside ONE stateful ``tf.numpy_function`` (CPU tensors under
   Horovod's MPI controller): no Horovod negotiation on the data path. Being stateful, the calls run in
@@ -40,7 +44,7 @@ from horovod_torus.signature import (FIELDS, CallSignature, TorusMismatchError, 
 from horovod_torus.stall import TorusStallError, last_stop, left_error
 from horovod_torus.tensorflow.ops import horovod_allreduce
 
-__all__ = ["HorovodTransport", "MPICheckedFlat", "mpi_allreduce_op", "as_tf_error", "TorusMismatchTFError",
+__all__ = ["HorovodTransport", "MPIChecked", "mpi_allreduce_op", "as_tf_error", "TorusMismatchTFError",
            "TorusStallTFError", "TorusStallGraphError"]
 
 
@@ -283,26 +287,31 @@ def mpi_allreduce_op(tc, buf: tf.Tensor, signature: CallSignature, prescale: flo
     return out
 
 
-class MPICheckedFlat:
-    """:class:`horovod_torus.phases.Transport` of the MPI transport's ``"flat"`` calls: the check on the
-    :class:`horovod_torus.mpi.TorusComm` ``tc``, the data through ``flat`` (the torus' Horovod transport,
-    whose :meth:`HorovodTransport.allreduce_flat` is Horovod's own ``grouped_allreduce`` on the global set).
+class MPIChecked:
+    """:class:`horovod_torus.phases.Transport` of the calls checked on the :class:`horovod_torus.mpi.TorusComm`
+    ``tc`` whose data moves through ``horovod`` (a :class:`HorovodTransport`): the MPI transport's ``"flat"``
+    calls (Horovod's own ``grouped_allreduce`` on the global set) and, under Horovod's MPI controller, every
+    call of the Horovod transport (its flat call, or its three phases on the row and column process sets).
 
-    Why: the same MPI_Allreduce run inside a ``tf.numpy_function`` paid the tensor conversions and a new
-    output array per call (16 MiB float32, 4 ranks on 2 cores: 1.45x Horovod's call, docs/notes/
-    mpi_transport.md), while the check stays on the communicator of the MPI transport's three phases, so a
-    size that puts one rank above the crossover and another below it is still a mismatch named on every
-    rank (both enter the same check), never two ranks waiting in different libraries. Only ``"flat"``
-    signatures may be run through it (three-phase calls keep :func:`mpi_allreduce_op`).
+    Why: a check through Horovod is one more negotiation per call (4 ranks on 2 cores, 8 B: 2.9x the time of
+    Horovod's own call; checked on MPI: 1.3x, docs/notes/mpi_transport.md); and the same MPI_Allreduce
+    run inside a ``tf.numpy_function`` for the data paid the tensor conversions and a new output array per
+    call (16 MiB float32: 1.45x Horovod's call). The check stays on the communicator of the MPI transport's
+    three phases, so a size that puts one rank above the crossover and another below it, or ranks that
+    pick different transports, still meet in one check and raise a mismatch named on every rank. A Horovod
+    transport torus call's algorithm word carries the column ``"hvd.allreduce"``
+    (:data:`horovod_torus.signature.COLUMN_CODES`), which no MPI transport torus call does.
     """
 
-    def __init__(self, tc, flat: HorovodTransport):
-        self.tc, self.flat = tc, flat
+    def __init__(self, tc, horovod: HorovodTransport):
+        self.tc, self.horovod = tc, horovod
         self.grid, self.rank = tc.grid, tc.rank
 
     def verify(self, signature: CallSignature):
+        column = "hvd.allreduce" if signature.algorithm == "torus" and signature.elements > 0 else ""
+
         def check(stall_form):
-            _watched(self.tc, signature, stall_form, lambda: self.tc.verify(signature))
+            _watched(self.tc, signature, stall_form, lambda: self.tc.verify(signature, column))
             return np.int64(0)
 
         if tf.executing_eagerly():
@@ -312,11 +321,20 @@ class MPICheckedFlat:
             return tf.numpy_function(lambda: check(TorusStallGraphError), [], tf.int64, stateful=True,
                                      name="TorusSignatureCheckMPI")
 
+    def reduce_scatter(self, buf, op, out=None):
+        return self.horovod.reduce_scatter(buf, op)
+
+    def allreduce(self, shard, op, out=None):
+        return self.horovod.allreduce(shard, op)
+
+    def allgather(self, shard, out=None):
+        return self.horovod.allgather(shard)
+
     def allreduce_flat(self, buf, op, out=None):
-        return self.flat.allreduce_flat(buf, op)
+        return self.horovod.allreduce_flat(buf, op)
 
     def gate(self, buf, token):
-        return self.flat.gate(buf, token)
+        return self.horovod.gate(buf, token)
 
 
 def _watched(tc, signature: CallSignature, stall_form, fn):

@@ -12,7 +12,7 @@
 #     with status 1 naming the callback;
 #  6. mpirun, mpi transport, Keras, rank 0 going on to its exit: as 5 (the waiting ranks name rank 0; rank 0's
 #     own line names the callback);
-#  7. mpirun, horovod transport (the MPI roll-call channel): as 3;
+#  7. mpirun, horovod transport (its calls checked on the MPI communicator, the MPI roll call): as 3;
 #  8. mpirun, numpy API, column_algorithm="tree": rank 3 stops inside the column phase (after the call's
 #     check); ranks 0-2, blocked in the tree's point-to-point steps, must raise TorusStallError naming rank 3;
 #  9. as 2 with every call below the crossover: the mpi transport's flat calls (checked on its communicator,

@@ -98,8 +98,8 @@ def test_signature_carries_the_column_algorithm():
     sig = CallSignature(elements=100, dtype="float32")
     word = FIELDS.index("algorithm")
     assert sig.words(3)[word] == 0 and sig.words(3, "")[word] == 0  # torus, no column: as before
-    assert [int(sig.words(3, c)[word]) for c in COLUMN_CODES] == [0, 8, 16, 24, 32]
-    assert set(COLUMN_CODES) == {""} | set(COLUMN_ALGORITHMS)
+    assert [int(sig.words(3, c)[word]) for c in COLUMN_CODES] == [0, 8, 16, 24, 32, 40]
+    assert set(COLUMN_CODES) == {"", "hvd.allreduce"} | set(COLUMN_ALGORITHMS)
     flat = CallSignature(elements=100, dtype="float32", algorithm="flat")
     assert int(flat.words(1)[word]) == 1
     gathered = np.stack([sig.words(3, "ring"), sig.words(3, "tree")])

@@ -238,3 +238,26 @@ def test_who_waits_for_whom_at_exit():
     assert peers_in_play(verdict, 3, 4) == [0, 1, 2]  # the missing rank waits for the others to raise
     left = TorusStallError("left", 3, "<exit>", (1, 2, 3), 0.0)  # a rank left: no verdict, every rank exits
     assert left.by is None and peers_in_play(left, 0, 4) == [1, 2, 3]
+
+
+@pytest.mark.parametrize("missing, name, says", [
+    ((), "<exit>", "rank 3 exits with status 1: it made 2 torus calls while the other ranks waited in call 3"),
+    ((0, 1, 2), "<exit>", "rank(s) [0, 1, 2] did not make this call"),
+])
+def test_exit_check_mpi_names_the_calls_a_leaving_rank_made(monkeypatch, capsys, missing, name, says):
+    """The mpi exit check's line: a roll call that found every rank at the exit check's number means the
+    others waited in a real call of that number (the leaving rank skipped one); other stalls print as is."""
+    grid = TorusTopology(2, 2)
+    exc = stall_error(3, name, grid, 10.0, missing, "the job ends")
+
+    class Leaving:
+        rank, alarm = 3, types.SimpleNamespace(Get_size=lambda: 4)
+
+        def leave(self):
+            raise exc
+
+    ended = []
+    monkeypatch.setattr(stall, "_abort_when_peers_exit", lambda alarm, peers: ended.append(peers))
+    monkeypatch.setitem(stall._abort_registered, "done", False)
+    stall.exit_check_mpi(Leaving())
+    assert says in capsys.readouterr().err and ended == [[0, 1, 2]]

@@ -156,16 +156,17 @@ def _train_sections(named: dict) -> list[str]:
     return out
 
 
-def _bench_targets_summary(docs_dir: str) -> str:
-    """The section of ``docs/bench_targets.json`` (``bench_targets.sh``'s ``OUT/targets.json``), or how to make it."""
+def _bench_targets_summary(docs_dir: str, name: str = "bench_targets.json",
+                           heading: str = "Targets over rounds, default settings") -> str:
+    """The section of ``docs/<name>`` (``bench_targets.sh``'s ``OUT/targets.json``), or how to make it."""
     from horovod_torus.bench.targets import markdown_table as targets_table
 
-    if not os.path.exists(os.path.join(docs_dir, "bench_targets.json")):
-        return ("## Targets over rounds, default settings\n\nNot measured yet: run `bash mpi_scripts/bench_targets.sh` "
-                "on a quiet host, copy `runs/bench_targets/targets.json` to `docs/bench_targets.json` and run "
+    if not os.path.exists(os.path.join(docs_dir, name)):
+        return (f"## {heading}\n\nNot measured yet: run `bash mpi_scripts/bench_targets.sh` "
+                f"on a quiet host, copy `runs/bench_targets/targets.json` to `docs/{name}` and run "
                 "`python -m tools.docs_results`.")
-    doc = _load(docs_dir, "bench_targets.json")
-    return (f"## Targets over rounds, default settings\n\n{doc['description']}; median [min-max] of the per-round "
+    doc = _load(docs_dir, name)
+    return (f"## {heading}\n\n{doc['description']}; median [min-max] of the per-round "
             "ratios of average times; the algorithm the numerator ran in each round (`flat` or `torus`).\n\n"
             + _command(bench_command({"config": doc["config"], "host": doc["host"],
                                       "world_size": sum(doc["host"].get("ranks_per_host", {}).values())}),
@@ -177,6 +178,10 @@ def _bench_targets_summary(docs_dir: str) -> str:
 
 def _bench_targets_page(docs_dir: str) -> str:
     sections = [_bench_targets_summary(docs_dir)]
+    if os.path.exists(os.path.join(docs_dir, "bench_targets-2ranks.json")):
+        sections.append(_bench_targets_summary(
+            docs_dir, "bench_targets-2ranks.json",
+            "The same targets with one rank per core (2 ranks, 2x1; `NP=2 GRID=2x1 bash mpi_scripts/bench_targets.sh`)"))
     for name in ("small", "cycle10-small", "100M"):
         doc = _load(docs_dir, f"bench_targets-{name}.json")
         sections.append(f"## `bench_targets-{name}.json`\n\n"

@@ -22,6 +22,7 @@ from horovod_torus.bench.report import (
 )
 from horovod_torus.bench.world import HorovodControl, MpiControl, host_facts
 from horovod_torus.launch import LaunchContext
+from horovod_torus import ompi_rules
 
 __all__ = ["main", "build_parser", "config_from_args"]
 
@@ -131,6 +132,10 @@ def main(argv=None) -> int:
     tf_names = [s for s in strategies if not is_mpi(s)]
     comm = None
     grid, torus_transport = config.grid, None
+    # What the TensorFlow strategies' init would do before MPI starts (here MPI starts first, for the
+    # MPI rows): Open MPI's all-reduce rule for the torus columns, or why none (horovod_torus.ompi_rules).
+    rules_file, rules_why = (ompi_rules.prepare_for_job(context) if tf_names
+                             else (None, "no TensorFlow strategy"))
     try:
         if have_mpi:
             from mpi4py import MPI
@@ -181,7 +186,8 @@ def main(argv=None) -> int:
             rows += run_strategy(s, config, control, comm=comm, on_row=emit)
     launcher = "mpi" if have_mpi else "gloo"
     host = host_facts(control, launcher=launcher, extra={"torus_transport": torus_transport,
-                                                        "mpi_rows_before_horovod": True})
+                                                        "mpi_rows_before_horovod": True,
+                                                        "ompi_rules": rules_file or f"none: {rules_why}"})
     if root:
         checked = [r.wrong for r in rows if r.wrong is not None]
         print(f"# rows: {len(rows)}, total #wrong: {sum(checked) if checked else 'N/A'}")

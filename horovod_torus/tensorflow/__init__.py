@@ -35,7 +35,7 @@ from horovod_torus.tensorflow.collectives import (  # noqa: F401
     SUPPORTED_DTYPES, grouped_torus_allreduce, torus_allreduce,
 )
 from horovod_torus.tensorflow.runtime import (  # noqa: F401
-    backend, grid, init, settings, shutdown, torus, torus_comm, torus_process_sets, transport,
+    backend, grid, init, ompi_rules_file, settings, shutdown, torus, torus_comm, torus_process_sets, transport,
 )
 from horovod_torus.tensorflow.torus import TorusAllreduce  # noqa: F401
 from horovod_torus.signature import TorusMismatchError  # noqa: F401

@@ -13,7 +13,7 @@ import warnings
 
 import horovod.tensorflow as _hvd
 
-from horovod_torus import tf_defaults
+from horovod_torus import ompi_rules, tf_defaults
 from horovod_torus.agreement import agree_on
 from horovod_torus.launch import LaunchContext
 from horovod_torus.process_sets import TorusProcessSets
@@ -25,7 +25,7 @@ from horovod_torus.tensorflow.torus import TorusAllreduce
 from horovod_torus.topology import TorusTopology
 
 __all__ = ["init", "shutdown", "shutdown_without_wait", "reinit", "current_torus", "generation", "torus",
-           "torus_process_sets", "grid", "transport", "backend", "torus_comm", "settings"]
+           "torus_process_sets", "grid", "transport", "backend", "torus_comm", "settings", "ompi_rules_file"]
 
 _current: dict = {"torus": None, "settings": None, "generation": 0}
 
@@ -98,6 +98,8 @@ def init(comm=None, process_sets=None, *, grid=None, transport=None, min_torus_b
         return _init_elastic(comm, process_sets, kwargs, grid=grid, transport=transport,
                              min_torus_bytes=min_torus_bytes, column_algorithm=column_algorithm,
                              column_ring=column_ring, stall_seconds=stall_shutdown_seconds, cache_dir=cache_dir)
+    if comm is None:  # before MPI starts: Open MPI's all-reduce rule for the columns (or why not)
+        ompi_rules.prepare_for_job(context)
     mpi_comm = _mpi_comm(comm, context)
     if mpi_comm is None:
         size, local_size, rank = context.size, context.local_size, context.rank
@@ -113,7 +115,8 @@ def init(comm=None, process_sets=None, *, grid=None, transport=None, min_torus_b
                                          cache_dir=cache_dir)
         user_sets = _check_process_sets(process_sets, size)
         return (settings, user_sets), {**settings.agreement(), "size": size,
-                                       "process_sets": [list(s.ranks) for s in user_sets]}
+                                       "process_sets": [list(s.ranks) for s in user_sets],
+                                       "open_mpi_coll_tuned": ompi_rules.describe()}
 
     settings, user_sets = agree_on(build, rank=rank, size=size, comm=mpi_comm)
     _check_no_duplicate_sets(user_sets, settings.grid)  # agreed inputs: the same outcome on every rank
@@ -196,6 +199,17 @@ def _init_elastic(comm, process_sets, kwargs, *, grid, transport, min_torus_byte
             _current["torus"].resolve_crossover(settings.cache_dir, launcher)
     _current["generation"] += 1
     return _current["torus"]
+
+
+def ompi_rules_file() -> str | None:
+    """The Open MPI rules file this process's MPI read when it started (:mod:`horovod_torus.ompi_rules`:
+    the columns' all-reduce; given by the first ``init``, or by
+    :func:`horovod_torus.ompi_rules.prepare_for_job` called before MPI started), or None: none (Horovod
+    not started on its MPI controller, fewer than 3 ranks, MPI started before either, the user's own
+    coll/tuned variables: :func:`horovod_torus.ompi_rules.prepare` says which)."""
+    if not (_hvd.is_initialized() and _hvd.mpi_enabled()):
+        return None
+    return ompi_rules.active_file()
 
 
 def _gpu_visible() -> bool:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import horovod.tensorflow as _hvd
 import tensorflow as tf
 
-from horovod_torus import crossover
+from horovod_torus import crossover, ompi_rules
 from horovod_torus.fusion import plan_fusion
 from horovod_torus.phases import allreduce_buffer
 from horovod_torus.scaling import postscale as _postscale
@@ -187,6 +187,8 @@ class TorusAllreduce:
                 variant = f"column={tc.column_algorithm};model={tc.column_model.source}"
             else:  # where the Horovod transport's calls are checked changes what they cost
                 variant = "check=mpi" if self._horovod_checked_on_mpi else ""
+            if tc is not None:  # Open MPI's all-reduce rules change what the columns run (ompi_rules)
+                variant += f";coll_tuned={ompi_rules.describe()}"
             key = crossover.CrossoverKey(world_size=self.grid.size, grid=str(self.grid), launcher=launcher,
                                          hosts=hosts, transport=t, variant=variant, version=__version__)
             value, source = crossover.resolve(

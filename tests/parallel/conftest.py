@@ -13,6 +13,13 @@ import pytest
 # package's default). Set at import, before any test initialises Horovod; inherited by processes they start.
 os.environ.setdefault("HOROVOD_TORUS_MIN_BYTES", "0")
 
+# Test modules import mpi4py (which starts MPI) before the session's init: give Open MPI the columns'
+# all-reduce rule first, as init would (horovod_torus.ompi_rules; a numpy-API script does the same).
+from horovod_torus.launch import LaunchContext  # noqa: E402
+from horovod_torus.ompi_rules import prepare_for_job  # noqa: E402
+
+prepare_for_job(LaunchContext.from_environ())
+
 
 @pytest.fixture(scope="session")
 def hvd():

@@ -250,3 +250,28 @@ def test_horovod_transport_phase_one_matches_numpy(hvd, world, dtype, count):
         assert out.dtype == x.dtype and tuple(out.shape) == (counts[pos],)
         mag = float(np.max(np.abs(exp))) if exp.size else 0.0  # count 1 on X > 1: some shards are empty
         np.testing.assert_allclose(to_np(out), exp, rtol=0, atol=tol(dtype, len(row), mag))
+
+
+def test_init_gave_open_mpi_the_column_rule_before_mpi_started(hvd, world):
+    """Under Open MPI's mpirun with 3 or more ranks, init pointed MPI at the rules file before it started
+    (horovod_torus.ompi_rules), the same file on every rank; a column all-reduce above the rule's threshold
+    (the ring, through Horovod's column process set) still equals numpy."""
+    import os
+
+    from horovod_torus import ompi_rules
+    from horovod_torus.launch import LaunchContext
+
+    size, rank = world
+    path = hvd.ompi_rules_file()
+    paths = flat_hvd.allgather_object(path, name="test_ompi_rules_paths")
+    torus = hvd.torus()
+    n = ompi_rules.RING_FROM_BYTES // 4 * 3 + 5  # a float32 column shard above the threshold at X <= 2
+    x = tf.constant(np.full(n * torus.grid.x, rank + 1, np.float32))
+    got = hvd.allreduce(x, op=hvd.Sum, strategy="torus:horovod").numpy()
+    np.testing.assert_array_equal(got, np.full(x.shape, size * (size + 1) / 2, np.float32))
+    if LaunchContext.from_environ().launcher == "mpirun" and size >= 3:
+        assert path is not None and open(path).read() == ompi_rules.rules_text(size)
+        assert os.environ["OMPI_MCA_coll_tuned_dynamic_rules_filename"] == path
+        assert len({os.path.basename(p) for p in paths}) == 1
+    else:
+        assert paths == [None] * size

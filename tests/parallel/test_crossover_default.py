@@ -41,8 +41,11 @@ def _prepare():
     are this one; the MPI transport's column model is the on-node one; under an MPI launcher the Horovod
     transport's calls are checked on the MPI communicator, a variant of their own)."""
     fixed = crossover.Calibration(CROSSOVER, {CROSSOVER: 0.5}, 1, 1, 0.0)
-    horovod_variant = "check=mpi" if CONTEXT.mpi_world else ""
-    for transport, variant in (("horovod", horovod_variant), ("mpi", _mpi_variant())):
+    from horovod_torus import ompi_rules
+
+    rules = f";coll_tuned={ompi_rules.describe()}" if CONTEXT.mpi_world else ""  # set by conftest.py
+    horovod_variant = "check=mpi" + rules if CONTEXT.mpi_world else ""
+    for transport, variant in (("horovod", horovod_variant), ("mpi", _mpi_variant() + rules)):
         crossover.write_cache(CACHE, _key(transport, variant), fixed)
     os.environ["HOROVOD_TORUS_CACHE_DIR"] = CACHE
 

@@ -119,8 +119,8 @@ class CallSignature:
         return words
 
 
-#: The signature a rank exchanges when it leaves the torus (``shutdown()`` or the end of the process, on the
-#: Horovod transport): a rank still making torus calls then sees it in the same exchange and raises at
+#: The signature a rank exchanges when it leaves the torus (``shutdown()`` or the end of the process, in the
+#: check of either transport): a rank still making torus calls then sees it in the same exchange and raises at
 #: once, naming the rank that left (:func:`leaving`), instead of waiting for the deadline.
 EXIT_SIGNATURE = CallSignature(elements=-1, dtype="int64", name="<exit>")
 

@@ -268,7 +268,8 @@ def left_stall(alarm, rows, left, grid) -> TorusStallError:
 
 
 def exit_check_mpi(tc) -> None:
-    """At the process's exit (registered by ``init`` on the mpi transport): ``tc.leave()``; when it raises
+    """At the process's exit (registered by ``init`` under Horovod's MPI controller, where the calls of both
+    transports are checked on ``tc``): ``tc.leave()``; when it raises
     (this rank left while others still made torus calls) print why and end the job (status 1 everywhere).
     Skipped after a stall this process raised: its own exit hook ends the job. When the roll call found
     every rank at the exit check's call number, the others were waiting in a real call of that number

@@ -116,7 +116,8 @@ def init(comm=None, process_sets=None, *, grid=None, transport=None, min_torus_b
         user_sets = _check_process_sets(process_sets, size)
         return (settings, user_sets), {**settings.agreement(), "size": size,
                                        "process_sets": [list(s.ranks) for s in user_sets],
-                                       "open_mpi_coll_tuned": ompi_rules.describe()}
+                                       **({"open_mpi_coll_tuned": ompi_rules.describe()}
+                                          if context.launcher == "mpirun" else {})}
 
     settings, user_sets = agree_on(build, rank=rank, size=size, comm=mpi_comm)
     _check_no_duplicate_sets(user_sets, settings.grid)  # agreed inputs: the same outcome on every rank

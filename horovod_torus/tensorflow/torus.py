@@ -187,8 +187,8 @@ class TorusAllreduce:
                 variant = f"column={tc.column_algorithm};model={tc.column_model.source}"
             else:  # where the Horovod transport's calls are checked changes what they cost
                 variant = "check=mpi" if self._horovod_checked_on_mpi else ""
-            if tc is not None:  # Open MPI's all-reduce rules change what the columns run (ompi_rules)
-                variant += f";coll_tuned={ompi_rules.describe()}"
+            if t == "horovod" and tc is not None:  # Open MPI's all-reduce rules change what its column runs
+                variant += f";coll_tuned={ompi_rules.describe()}"  # (ompi_rules; the mpi one's is libnbc's)
             key = crossover.CrossoverKey(world_size=self.grid.size, grid=str(self.grid), launcher=launcher,
                                          hosts=hosts, transport=t, variant=variant, version=__version__)
             value, source = crossover.resolve(

@@ -265,7 +265,7 @@ def test_init_gave_open_mpi_the_column_rule_before_mpi_started(hvd, world):
     path = hvd.ompi_rules_file()
     paths = flat_hvd.allgather_object(path, name="test_ompi_rules_paths")
     torus = hvd.torus()
-    n = ompi_rules.RING_FROM_BYTES // 4 * 3 + 5  # a float32 column shard above the threshold at X <= 2
+    n = ompi_rules.RING_FROM_BYTES // 4 + 5  # float32 elements per column shard: above the rule's threshold
     x = tf.constant(np.full(n * torus.grid.x, rank + 1, np.float32))
     got = hvd.allreduce(x, op=hvd.Sum, strategy="torus:horovod").numpy()
     np.testing.assert_array_equal(got, np.full(x.shape, size * (size + 1) / 2, np.float32))

@@ -6,10 +6,10 @@ tf.errors.DeadlineExceededError eagerly) into tf.errors.InvalidArgumentError wit
 TorusStallGraphError, a ValueError: an UnknownError would be swallowed by horovod.tensorflow.elastic.run).
 
 * STALL_EARLY=sleep (default on the mpi transport): rank 0 stays alive, outside any torus call; the others
-  raise after the deadline; the job ends with MPI_Abort (mpi) or Horovod's shutdown (horovod);
+  raise after the deadline; the job ends with MPI_Abort (mpirun) or Horovod's shutdown (horovodrun --gloo);
 * STALL_EARLY=exit (default on the horovod transport): rank 0 goes on to its exit, where its exit check
-  exchanges the exit signature: the others raise at once, naming rank 0 (and, on the horovod transport,
-  the callback that stopped it: keras.callbacks.TerminateOnNaN), and rank 0 exits with status 1 naming the
+  exchanges the exit signature: the others raise at once, naming rank 0 (and, on the horovod transport
+  under horovodrun --gloo, the callback that stopped it: keras.callbacks.TerminateOnNaN), and rank 0 exits with status 1 naming the
   callback (run_stall.sh reads that line from the launcher's log).
 
 Launched by tests/parallel/run_stall.sh with a 10 s deadline; prints one line per rank that it checks."""

@@ -13,7 +13,8 @@ ALLOWED_WRITES = {
                                             "HOROVOD_STALL_CHECK_TIME_SECONDS"},
     "horovod_torus/tf_defaults.py": {"TF_ENABLE_ONEDNN_OPTS", "TF_CPP_MIN_LOG_LEVEL"},   # TensorFlow's defaults
     "horovod_torus/ompi_rules.py": {"OMPI_MCA_coll_tuned_use_dynamic_rules",   # for Open MPI itself
-                                    "OMPI_MCA_coll_tuned_dynamic_rules_filename"},
+                                    "OMPI_MCA_coll_tuned_dynamic_rules_filename",
+                                    "HOROVOD_TORUS_OMPI_RULES_WORLD"},   # marks the two as ours
 }
 
 

@@ -1,6 +1,7 @@
 """Open MPI's all-reduce rule for the torus columns (horovod_torus.ompi_rules): the file's content, when
 prepare() sets it and when it leaves the environment alone, and, under a real mpirun, that Open MPI reads
 the file and applies its rule to the communicators smaller than the world, from the threshold only."""
+import hashlib
 import os
 import shutil
 import subprocess
@@ -49,7 +50,8 @@ def test_prepare_sets_both_variables_and_writes_the_file_once(tmp_path, no_mpi):
     assert ompi_rules.prepare(8, again, "mpirun", str(tmp_path)) is None  # another rank of the node
     assert again["OMPI_MCA_coll_tuned_dynamic_rules_filename"] == path  # the same content, the same file
     assert sorted(os.listdir(tmp_path)) == [os.path.basename(path)]
-    assert ompi_rules.describe(env) == f"use_dynamic_rules=1, dynamic_rules_filename={os.path.basename(path)}"
+    digest = hashlib.sha256(ompi_rules.rules_text(8).encode()).hexdigest()[:12]
+    assert ompi_rules.describe(env) == f"use_dynamic_rules=1, dynamic_rules_filename={os.path.basename(path)} ({digest})"
     assert ompi_rules.active_file(env) == path and ompi_rules.active_file({}) is None
     assert ompi_rules.active_file({**env, "OMPI_MCA_coll_tuned_use_dynamic_rules": "0"}) is None
 
@@ -122,3 +124,33 @@ def test_open_mpi_reads_the_file_and_applies_the_rule_below_the_world_only(tmp_p
         big = "refused" if three == 3 else "1"
         assert line.split() == ["world:1024:4", "world:1048576:4", "pair:1024:2", "pair:1048576:refused",
                                 f"three:1024:{three}", f"three:1048576:{big}"], line
+
+
+def test_a_file_of_other_content_under_the_name_is_replaced(tmp_path, no_mpi):
+    env = {}
+    assert ompi_rules.prepare(4, env, "mpirun", str(tmp_path)) is None
+    path = env["OMPI_MCA_coll_tuned_dynamic_rules_filename"]
+    before = ompi_rules.describe(env)
+    with open(path, "w") as f:
+        f.write("1\n2\n1\n2\n1\n0 3 0 0\n")  # planted: recursive doubling for everything
+    assert ompi_rules.describe(env) != before  # the ranks' comparison sees the content, not only the name
+    assert ompi_rules.prepare(4, {}, "mpirun", str(tmp_path)) is None
+    assert open(path).read() == ompi_rules.rules_text(4) and ompi_rules.describe(env) == before
+
+
+def test_an_unwritable_folder_changes_nothing_and_says_why(tmp_path, no_mpi):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("x")
+    env = {}
+    why = ompi_rules.prepare(4, env, "mpirun", str(blocker / "rules"))
+    assert why.startswith("the rules file could not be written") and env == {}
+
+
+def test_variables_inherited_from_a_parent_job_are_remade_for_this_world(tmp_path, no_mpi):
+    parent = {}
+    assert ompi_rules.prepare(8, parent, "mpirun", str(tmp_path)) is None
+    assert parent[ompi_rules.OWNER] == "8"
+    child = dict(parent)  # a child job of 4 ranks started from a rank of the parent
+    assert ompi_rules.prepare(4, child, "mpirun", str(tmp_path)) is None
+    assert open(child["OMPI_MCA_coll_tuned_dynamic_rules_filename"]).read() == ompi_rules.rules_text(4)
+    assert child[ompi_rules.OWNER] == "4"

@@ -54,6 +54,8 @@ RING = 4
 RING_FROM_BYTES = 256 * 1024
 #: Set by :func:`prepare` beside the two variables (the world size the file was made for): they are ours.
 OWNER = "HOROVOD_TORUS_OMPI_RULES_WORLD"
+#: The two variables :func:`prepare` sets.
+_SET = ("OMPI_MCA_coll_tuned_use_dynamic_rules", "OMPI_MCA_coll_tuned_dynamic_rules_filename")
 #: The variables of a user's own choice: any of them set (and not ours), :func:`prepare` does nothing.
 USER_VARIABLES = ("OMPI_MCA_coll_tuned_use_dynamic_rules", "OMPI_MCA_coll_tuned_dynamic_rules_filename",
                   "OMPI_MCA_coll_tuned_allreduce_algorithm")
@@ -103,7 +105,8 @@ def prepare(world_size: int, environ=None, launcher: str = "mpirun", directory: 
         return f"{world_size} rank(s): no communicator between one rank and the world"
     if "mpi4py.MPI" in sys.modules:
         return "MPI already started in this process (mpi4py.MPI imported before init)"
-    user = [v for v in USER_VARIABLES if v in environ] if OWNER not in environ else []
+    ours = _SET if OWNER in environ else ()  # inherited from a parent job's prepare: remade below
+    user = [v for v in USER_VARIABLES if v in environ and v not in ours]
     if user:
         return f"{user[0]}={environ[user[0]]!r} set: the user's choice"
     text = rules_text(world_size)

@@ -21,8 +21,8 @@ from horovod_torus.bench.report import (
     bench_document, canonical_dtype, format_header, format_row, parse_size, sweep_sizes,
 )
 from horovod_torus.bench.world import HorovodControl, MpiControl, host_facts
-from horovod_torus.launch import LaunchContext
 from horovod_torus import ompi_rules
+from horovod_torus.launch import LaunchContext
 
 __all__ = ["main", "build_parser", "config_from_args"]
 

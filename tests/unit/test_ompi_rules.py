@@ -154,3 +154,5 @@ def test_variables_inherited_from_a_parent_job_are_remade_for_this_world(tmp_pat
     assert ompi_rules.prepare(4, child, "mpirun", str(tmp_path)) is None
     assert open(child["OMPI_MCA_coll_tuned_dynamic_rules_filename"]).read() == ompi_rules.rules_text(4)
     assert child[ompi_rules.OWNER] == "4"
+    forced = {**parent, "OMPI_MCA_coll_tuned_allreduce_algorithm": "3"}  # the child's user forces one
+    assert "the user's choice" in ompi_rules.prepare(4, forced, "mpirun", str(tmp_path))

@@ -4,7 +4,7 @@ import pytest
 
 from tools.cluster.results import (
     add_predictions, fit_link, fit_or_origin, forced_algorithm, format_rows_table, format_targets, label, launches,
-    make_cluster, predict_row, rows_from_doc, target_ratios, format_train_table, print_train_comparison,
+    make_cluster, predict_row, ran_column_rules, rows_from_doc, target_ratios, format_train_table, print_train_comparison,
 )
 from horovod_torus.costmodel import (
     Cluster, Link, cluster_halving_doubling_time, cluster_hierarchical_time, cluster_ring_time, cluster_torus_time,
@@ -68,7 +68,7 @@ def test_launches_and_rows():
     assert rows == [{"wiring": "rails", "strategy": "mpi-ring", "launcher": "mpirun", "ompi_allreduce": "ring",
                      "size_bytes": MIB, "repeat": 0,
                      "time_s": pytest.approx(0.3), "rank_avg_s": pytest.approx(0.2), "rank_min_s": pytest.approx(0.1),
-                     "algorithm": None, "column": None, "wrong": 0}]
+                     "algorithm": None, "column": None, "wrong": 0, "column_rules": False}]
     doc["rows"].append({"strategy": "torus", "size_bytes": MIB, "time_us": {"min": 1e5, "avg": 2e5, "max": 4e5},
                         "wrong": 0, "algorithm": "torus", "column": "ring"})
     rows = rows_from_doc(doc, "rails", ls[3], repeat=2)
@@ -89,6 +89,31 @@ def test_fit_link_recovers_alpha_and_bandwidth():
     # noise that makes beta negative falls back to a bandwidth-only fit through the origin
     link, _ = fit_or_origin([MIB, 2 * MIB], [0.5, 0.2], 2.0, 1.0)
     assert link.alpha == 0.0 and link.bandwidth == pytest.approx((1 + 4) * MIB ** 2 / (0.5 * MIB + 0.4 * MIB))
+
+
+def test_the_horovod_ops_torus_column_follows_the_open_mpi_rules_file():
+    """Under mpirun the Horovod-ops torus' column is Open MPI's MPI_Allreduce: its default (halving-doubling)
+    unless the launch ran under the package's rules file, which gives a column of 2 .. N-1 ranks the ring
+    from 256 KiB per shard; a forced algorithm (the user's variables) wins over the file."""
+    nic = Link(0.0, B)
+    rails = make_cluster(4, 2, 2, FAST, nic, "rails", exchange_efficiency=0.5)  # HD's exchanges at half speed
+    n = 8 * MIB
+    ring = predict_row(rails, "torus:mpi", "mpirun", n, "2x4")[1]
+    hd = predict_row(rails, "torus", "mpirun", n, "2x4")
+    assert hd[0] == "torus 2x4, halving-doubling column" and hd[1] != pytest.approx(ring)
+    ruled = predict_row(rails, "torus", "mpirun", n, "2x4", "default", column_rules=True)
+    assert ruled == ("torus 2x4, ring column (Open MPI rule)", pytest.approx(ring))
+    # a shard below 256 KiB (512 KiB on a row of 2: 256 KiB shards ring, 511 KiB do not)
+    assert predict_row(rails, "torus", "mpirun", 512 * 1024 - 8, "2x4", "default", True)[0].endswith("halving-doubling column")
+    assert predict_row(rails, "torus", "mpirun", 512 * 1024, "2x4", "default", True)[0].endswith("(Open MPI rule)")
+    # a forced algorithm is the user's: the file yields to it
+    assert predict_row(rails, "torus", "mpirun", n, "2x4", "rabenseifner", True)[0].endswith("halving-doubling column")
+    # a column of the whole world (grid 1x8) is the world's default, which the file keeps
+    assert predict_row(rails, "torus", "mpirun", n, "1x8", "default", True)[0].endswith("halving-doubling column")
+    doc = {"host": {"ompi_rules": "/tmp/horovod_torus_ompi_rules-0/allreduce-x.rules"}, "rows": []}
+    assert ran_column_rules(doc, launches()[0]) and not ran_column_rules(doc, launches()[-1])
+    assert not ran_column_rules({"host": {"ompi_rules": "none: fewer than 3 ranks"}}, launches()[0])
+    assert not ran_column_rules({"rows": []}, launches()[0])
 
 
 def test_predictions_and_targets():

@@ -8,7 +8,7 @@ algorithm, size)::
 
     {"wiring": "rails", "strategy": "torus", "launcher": "horovodrun", "ompi_allreduce": None,
      "size_bytes": 8388608, "time_s": 0.61, "time_min_s": 0.58, "time_max_s": 0.70, "launches": 3,
-     "algorithm": "torus", "column": "hvd.allreduce", "wrong": 0,
+     "algorithm": "torus", "column": "hvd.allreduce", "column_rules": False, "wrong": 0,
      "per_launch": [{"repeat": 0, "time_s": 0.61, "rank_avg_s": 0.60, "rank_min_s": 0.59,
                      "algorithm": "torus", "column": "hvd.allreduce", "wrong": 0}, ...]}
 
@@ -16,7 +16,8 @@ algorithm, size)::
 ``time_min_s``/``time_max_s``: the fastest and slowest launch; ``algorithm``/``column``: what ran (the
 benchmark's ``algorithm``: ``torus`` or ``flat``; ``column``: the torus' column algorithm), the common value
 of every launch or ``mixed`` when the launches differ (``per_launch`` has each), ``None`` in files that
-predate the field.
+predate the field; ``column_rules``: whether the launches ran under the package's Open MPI rules file
+(:func:`tools.cluster.results.ran_column_rules`; ``mixed`` likewise).
 """
 from __future__ import annotations
 
@@ -66,6 +67,7 @@ def aggregate_launches(launch_rows) -> list[dict]:
                     "time_max_s": max(times), "launches": len(group),
                     "algorithm": common(r.get("algorithm") for r in group),
                     "column": common(r.get("column") for r in group),
+                    "column_rules": common(r.get("column_rules") for r in group),
                     "wrong": None if all(w is None for w in wrong) else sum(w or 0 for w in wrong),
                     "per_launch": [{f: r.get(f, 0 if f == "repeat" else None) for f in _LAUNCH_FIELDS}
                                    for r in group]})

@@ -32,13 +32,16 @@ from __future__ import annotations
 import dataclasses
 
 from tools.cluster.aggregate import PLANNER_RANGE, ratio_range
+from horovod_torus.columns import column_bytes
+from horovod_torus.ompi_rules import RING_FROM_BYTES
+from horovod_torus.topology import TorusTopology
 from horovod_torus.costmodel import (
     Cluster, Link, cluster_halving_doubling_time, cluster_ring_time, cluster_torus_time, fit_alpha_beta,
     model_coefficients,
 )
 
 __all__ = ["Launch", "OMPI_ALGORITHMS", "MODEL_OF", "MPI_COLUMN", "fit_exchange_efficiency", "launches",
-           "rows_from_doc", "fit_link", "make_cluster",
+           "rows_from_doc", "ran_column_rules", "fit_link", "make_cluster",
            "predict_row", "add_predictions", "fit_or_origin", "label", "forced_algorithm", "target_ratios", "format_rows_table", "format_targets",
            "format_train_table", "print_train_comparison", "TARGET_SIZES", "GLOO_TARGET", "MPIRUN_TARGET",
            "MPI_TORUS_TARGET", "PLANNER_LO", "PLANNER_HI"]
@@ -57,9 +60,11 @@ MODEL_OF = {("torus", "mpirun"): "torus", ("torus:mpi", "mpirun"): "torus", ("to
             ("mpi-segmented_ring", "mpirun"): "ring", ("mpi-rabenseifner", "mpirun"): "halving-doubling"}
 
 #: (strategy, launcher) whose torus column all-reduce is the MPI library's MPI_Allreduce on the column
-#: communicator, modelled like the flat call under the same Open MPI choice (its default for 4 ranks
-#: measured as fast as Rabenseifner's): the Horovod-ops torus under mpirun. The MPI transport, Gloo and
-#: NCCL run rings.
+#: communicator: the Horovod-ops torus under mpirun. Modelled like the flat call under the same Open MPI
+#: choice (its default for 4 ranks measured as fast as Rabenseifner's), except where the launch ran under
+#: the package's rules file (:mod:`horovod_torus.ompi_rules`, the row's ``column_rules``): there a column of
+#: 2 .. N-1 ranks runs the ring from :data:`horovod_torus.ompi_rules.RING_FROM_BYTES` per shard. The MPI
+#: transport, Gloo and NCCL run rings.
 MPI_COLUMN = {("torus", "mpirun")}
 
 TARGET_SIZES = (8 * 1024 ** 2, 32 * 1024 ** 2)
@@ -133,6 +138,7 @@ def rows_from_doc(doc: dict, wiring: str, launch: Launch, repeat: int = 0) -> li
     launch's repeat index; :func:`tools.cluster.aggregate.aggregate_launches` merges the launches."""
     rows = []
     alg = forced_algorithm(launch)
+    rules = ran_column_rules(doc, launch)
     for r in doc["rows"]:
         t = r["time_us"]
         rows.append({"wiring": wiring, "strategy": launch.rename.get(r["strategy"], r["strategy"]),
@@ -141,8 +147,16 @@ def rows_from_doc(doc: dict, wiring: str, launch: Launch, repeat: int = 0) -> li
                      "size_bytes": int(r["size_bytes"]), "repeat": int(repeat),
                      "time_s": t["max"] * 1e-6, "rank_avg_s": t["avg"] * 1e-6, "rank_min_s": t["min"] * 1e-6,
                      "algorithm": r.get("algorithm") or None, "column": r.get("column") or None,
-                     "wrong": r.get("wrong")})
+                     "wrong": r.get("wrong"), "column_rules": rules})
     return rows
+
+
+def ran_column_rules(doc: dict, launch: Launch) -> bool:
+    """Whether a launch's MPI_Allreduce calls ran under the package's Open MPI rules file: an mpirun launch
+    whose benchmark recorded the file it wrote (``host.ompi_rules``, a path; ``none: why`` otherwise; absent
+    in files that predate it)."""
+    recorded = str(doc.get("host", {}).get("ompi_rules") or "")
+    return launch.launcher == "mpirun" and bool(recorded) and not recorded.startswith("none")
 
 
 def fit_link(rows, world_size: int, min_bytes: int = 0) -> tuple[Link, float]:
@@ -198,11 +212,14 @@ def fit_exchange_efficiency(rows, cluster: Cluster) -> tuple[float, float]:
 
 
 def predict_row(cluster: Cluster, strategy: str, launcher: str, nbytes: int, grid: str,
-                ompi_allreduce: str | None = None) -> tuple[str, float]:
+                ompi_allreduce: str | None = None, column_rules: bool = False) -> tuple[str, float]:
     """(model label, predicted seconds) of one row. Raises ValueError for an unmapped (strategy, launcher).
 
     ``ompi_allreduce``: the Open MPI algorithm forced for the row's MPI_Allreduce calls; Horovod's ring
-    under mpirun then runs that algorithm (MODEL_OF of ``mpi-<algorithm>``).
+    under mpirun then runs that algorithm (MODEL_OF of ``mpi-<algorithm>``). ``column_rules``: the launch
+    ran under the package's rules file (:func:`ran_column_rules`): a :data:`MPI_COLUMN` torus' column of
+    2 .. N-1 ranks then runs the ring from :data:`horovod_torus.ompi_rules.RING_FROM_BYTES` per shard
+    (:func:`horovod_torus.columns.column_bytes`), labelled ``ring column (Open MPI rule)``.
     """
     flat_call = "mpi" if ompi_allreduce in (None, "default") else f"mpi-{ompi_allreduce}"
     if strategy == "ring" and launcher == "mpirun":
@@ -212,8 +229,14 @@ def predict_row(cluster: Cluster, strategy: str, launcher: str, nbytes: int, gri
     except KeyError:
         raise ValueError(f"no model for strategy {strategy!r} under {launcher}: add it to MODEL_OF") from None
     if alg == "torus":
-        column = MODEL_OF[flat_call, "mpirun"] if (strategy, launcher) in MPI_COLUMN else "ring"
-        suffix = "" if column == "ring" else f", {column} column"
+        column, suffix = "ring", ""
+        if (strategy, launcher) in MPI_COLUMN:
+            column = MODEL_OF[flat_call, "mpirun"]
+            suffix = f", {column} column"
+            g = TorusTopology.parse(grid)
+            if (column_rules and flat_call == "mpi" and 2 <= g.y < g.size
+                    and column_bytes(nbytes, g.x) >= RING_FROM_BYTES):
+                column, suffix = "ring", ", ring column (Open MPI rule)"
         return f"torus {grid}{suffix}", cluster_torus_time(cluster, grid, nbytes, column=column)
     if alg == "ring":
         return "ring", cluster_ring_time(cluster, nbytes)
@@ -244,7 +267,7 @@ def add_predictions(rows, clusters: dict, grid: str, reference: tuple, *more_ref
                 dataclasses.replace(clusters[r["wiring"]], exchange_efficiency=1.0), r["size_bytes"])
         else:
             model, t = predict_row(clusters[r["wiring"]], "ring" if flat else r["strategy"], r["launcher"],
-                                   r["size_bytes"], grid, r.get("ompi_allreduce"))
+                                   r["size_bytes"], grid, r.get("ompi_allreduce"), bool(r.get("column_rules")))
         out.append({**r, "model": model + (" (flat call)" if flat else ""), "predicted_s": t,
                     "calibration": (r["wiring"], r["strategy"], r["launcher"]) in fitted})
     return out

@@ -29,7 +29,7 @@ help:
 	@echo "make setup GPU=1   the GPU stack: tensorflow[and-cuda], Horovod with NCCL (needs CUDA + NCCL)"
 	@echo "make ablation  setup + batch-size control / label smoothing ablation, 4 arms x 2 seeds (about 35 min on 2 cores)"
 	@echo "make bench   setup + the all-reduce benchmark sweep (mpi_scripts/bench.sh)"
-	@echo "make cluster-bench  setup + all-reduce on an emulated 4-node cluster, node and rails wirings, 8 and 32 MiB x 3 launches (root, under an hour)"
+	@echo "make cluster-bench  setup + all-reduce on an emulated 4-node cluster, node and rails wirings, 8 and 32 MiB x 5 launches (root, under an hour)"
 	@echo "make cluster-train  setup + ResNet-50 torus vs ring on the emulated rails cluster (root)"
 	@echo "make elastic-demo   setup + elastic training on an emulated 2-node cluster: a node removed, then back (root)"
 
@@ -120,8 +120,8 @@ ablation: setup
 bench: setup
 	@bash mpi_scripts/bench.sh
 
-# 1-32 MiB once, 8 and 32 MiB in 3 launches per row; `$(PY) -m tools.cluster.bench --estimate` prints the
-# expected wall time (56 min plus the crossover calibrations, from docs/cluster_bench.json's timestamps)
+# 1-32 MiB once, 8 and 32 MiB in 5 launches per row; `$(PY) -m tools.cluster.bench --estimate` prints the
+# expected wall time (47 min plus the crossover calibrations, from docs/cluster_bench.json's timestamps)
 cluster-bench: setup
 	$(PY) -m tools.cluster.bench --out runs/cluster_bench
 

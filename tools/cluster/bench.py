@@ -67,8 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-w", "--warmup", type=int, default=1, help="warm-up iterations per row (1)")
     p.add_argument("--repeat-sizes", nargs="*", default=["8M", "32M"], metavar="SIZE",
                    help="sizes of the main sweep that every launch group runs again (8M 32M; none: no repeats)")
-    p.add_argument("--repeats", type=int, default=3,
-                   help="launches per row at the repeated sizes, the main sweep's included (3)")
+    p.add_argument("--repeats", type=int, default=5,
+                   help="launches per row at the repeated sizes, the main sweep's included (5)")
     p.add_argument("--repeat-iters", type=int, default=1, help="timed iterations per row of a repeat launch (1)")
     p.add_argument("--min-torus-bytes", default="auto",
                    help="HOROVOD_TORUS_MIN_BYTES of every launch: auto (the calibrated crossover, cached per "

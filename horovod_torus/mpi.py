@@ -62,7 +62,7 @@ from horovod_torus.p2p import (blocks, halving_doubling_allreduce, ring_allgathe
 from horovod_torus.phases import allreduce_buffer
 from horovod_torus.settings import TorusSettings
 from horovod_torus.signature import EXIT_SIGNATURE, CallSignature, TorusMismatchError, compare, extremes, leaving
-from horovod_torus.stall import CallClock, TorusStallError, left_stall
+from horovod_torus.stall import TESTS_PER_CHECK, CallClock, TorusStallError, left_stall
 from horovod_torus.topology import TorusTopology
 
 __all__ = ["TorusComm", "torus_allreduce", "ring_reduce_scatter", "ring_allgather", "comm_world",
@@ -290,7 +290,8 @@ class TorusComm:
         rank that skipped the call, stopped early or died makes the waiting ranks raise
         :class:`horovod_torus.stall.TorusStallError` (naming the call, ``name`` and the ranks that did not
         arrive) instead of blocking forever. The clock, counted from the call's start, is made at the call's
-        first wait that does not complete at its first test."""
+        first wait that does not complete within :data:`horovod_torus.stall.TESTS_PER_CHECK` tests (the
+        tests a clock makes between two readings itself), so a short call reads no clock at all."""
         return _Watch(self, name)
 
     def _wait(self, requests) -> None:
@@ -300,8 +301,9 @@ class TorusComm:
             MPI.Request.Waitall(requests)
             return
         if self._clock is None:
-            if MPI.Request.Testall(requests):
-                return
+            for _ in range(TESTS_PER_CHECK):
+                if MPI.Request.Testall(requests):
+                    return
             self._clock = CallClock(self.comm, self.alarm, watch.call, watch.name, self.grid, self.deadline,
                                     self._heard, start=watch.start)
         self._clock.wait(requests)
@@ -573,7 +575,7 @@ def _run(tc: TorusComm, send: np.ndarray, recvbuf, opname: str):
     if target is not None:  # the result is in recvbuf already
         return recvbuf
     if recvbuf is None:
-        if np.shares_memory(out, send):  # one rank: nothing moved, the result must not alias the input
+        if tc.grid.size == 1 and np.shares_memory(out, send):  # one rank: nothing moved, no alias of the input
             out = out.copy()
         return out.reshape(send.shape)
     recvbuf[...] = out.reshape(send.shape)  # a recvbuf MPI cannot write into (strided, overlapping)

@@ -21,7 +21,7 @@ non-blocking request and waits through :meth:`CallClock.wait`, which tests the r
    error handling, then ends the job with ``MPI_Abort`` (every rank, including one that left early, exits
    non-zero) instead of hanging in ``MPI_Finalize``.
 
-Cost when nothing stalls: no message; a call still waiting after :data:`_TESTS_PER_CHECK` tests reads the
+Cost when nothing stalls: no message; a call still waiting after :data:`TESTS_PER_CHECK` tests reads the
 clock (every that many tests: on an oversubscribed node Open MPI yields the CPU in every test, so a test
 can take milliseconds) and probes the roll-call communicator (``MPI_Iprobe``, local) at most every
 :data:`_LOOK_SECONDS`.
@@ -43,7 +43,8 @@ import numpy as np
 from horovod_torus.rollcall import ROLL_CALL_LIMIT_SECONDS, ROLL_CALL_SECONDS, Tally
 
 __all__ = ["TorusStallError", "CallClock", "stall_error", "left_error", "note_stop", "last_stop", "ROLL_CALL_SECONDS",
-           "ROLL_CALL_LIMIT_SECONDS", "EXIT_GRACE_SECONDS", "exit_check_mpi", "left_stall"]
+           "ROLL_CALL_LIMIT_SECONDS", "EXIT_GRACE_SECONDS", "TESTS_PER_CHECK", "exit_check_mpi",
+           "left_stall"]
 
 #: Seconds between two looks of a waiting call for roll-call messages (after its first tests).
 _LOOK_SECONDS = 0.05
@@ -51,7 +52,7 @@ _LOOK_SECONDS = 0.05
 #: Tests of a call's requests between two readings of the clock. Measured on 2 cores oversubscribed (4 ranks
 #: and 3 busy loops on one core): 1024 tests took 7 s (Open MPI yields in each test), which put the deadline
 #: and the roll call 7 s late.
-_TESTS_PER_CHECK = 16
+TESTS_PER_CHECK = 16
 
 #: Seconds a stalled process waits at exit for the other stalled ranks to be exiting before MPI_Abort.
 EXIT_GRACE_SECONDS = 10.0
@@ -171,7 +172,7 @@ class CallClock:
         # thread), so napping between tests would slow every large transfer.
         while not MPI.Request.Testall(requests):
             spins += 1
-            if spins % _TESTS_PER_CHECK:
+            if spins % TESTS_PER_CHECK:
                 continue
             now = time.monotonic()
             if now > give_up:

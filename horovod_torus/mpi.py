@@ -129,7 +129,7 @@ class TorusComm:
         self.calls = 0
         self.deadline = deadline
         self._watching: _Watch | None = None  # the call in progress (watch)
-        self._clock: CallClock | None = None  # its deadline, made at its first wait that does not complete at once
+        self._clock: CallClock | None = None  # its deadline, made once a wait is still open after TESTS_PER_CHECK tests
         self._heard: dict = {}  # the roll-call messages received so far (CallClock.heard)
         self._workspace: dict = {}
         self._pending = None  # (length, out, block view) of the last reduce-scatter, for allgather

@@ -9,22 +9,26 @@
 # its target and pass/miss (python -m horovod_torus.bench.targets), and writes OUT/targets.json; copy that
 # to docs/bench_targets.json and run python -m tools.docs_results for the docs' results page.
 # The crossover is calibrated by the first launch and cached in OUT/crossover-cache (HOROVOD_TORUS_CACHE_DIR),
-# as a user's repeated runs would; the other rounds read it. About 6 minutes on 2 quiet cores.
+# as a user's repeated runs would; the other rounds read it. About 8 minutes on 2 quiet cores.
 #   bash mpi_scripts/bench_targets.sh                 # 4 ranks, 2x2, 5 rounds -> runs/bench_targets/
-# Variables: NP 4 | GRID 2x2 | RUNS 5 | ITERS 10 | WARMUP 2 | OUT runs/bench_targets | SIZES 8,4K,64K,1M,16M,100M
+# A row whose ITERS calls last less than MIN_SECONDS (0.5) times more of them, enough for MIN_SECONDS at the
+# pace of the first ITERS (the bench's --min-seconds; 10 calls of 8 B are ~11 ms of a 4-rank launch on 2 cores,
+# where one lost time slice moves the ratio 2x).
+# Variables: NP 4 | GRID 2x2 | RUNS 5 | ITERS 10 | MIN_SECONDS 0.5 | WARMUP 2 | OUT runs/bench_targets | SIZES 8,4K,64K,1M,16M,100M
 #            GLOO 0 | TRAIN 0 | TRAIN_STEPS 5 | BATCH 8 | IMAGE 64. Horovod settings you export (HOROVOD_CYCLE_TIME
 #            etc.) apply to both sides; an exported HOROVOD_TORUS_MIN_BYTES replaces the default (auto).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 NP=${NP:-4}; GRID=${GRID:-2x2}; OUT=${OUT:-runs/bench_targets}; ITERS=${ITERS:-10}; RUNS=${RUNS:-5}
 WARMUP=${WARMUP:-2}; SIZES=${SIZES:-8,4K,64K,1M,16M,100M}; GLOO=${GLOO:-0}; TRAIN=${TRAIN:-0}
+MIN_SECONDS=${MIN_SECONDS:-0.5}
 PYTHON=${PYTHON:-$PWD/.venv/bin/python}
 export TF_CPP_MIN_LOG_LEVEL=2 PYTHONWARNINGS=ignore
 mkdir -p "$OUT"; rm -f "$OUT"/allreduce-*.json "$OUT"/train-*.json "$OUT"/targets.json
 export HOROVOD_TORUS_CACHE_DIR="$(cd "$OUT" && pwd)/crossover-cache"; rm -rf "$HOROVOD_TORUS_CACHE_DIR"
 source mpi_scripts/launcher.sh
 run() { local launcher=$1 cmd; shift; launcher_command cmd "$launcher" --local --np "$NP" -- "$@"; "${cmd[@]}"; }
-bench=("$PYTHON" -m horovod_torus.bench --sizes "$SIZES" -n "$ITERS" -w "$WARMUP" --grid "$GRID")
+bench=("$PYTHON" -m horovod_torus.bench --sizes "$SIZES" -n "$ITERS" -w "$WARMUP" --grid "$GRID" --min-seconds "$MIN_SECONDS")
 start=$(date +%s)
 for k in $(seq 1 "$RUNS"); do
   if (( k % 2 )); then order="mpi-torus,mpi,torus:horovod,torus:mpi,horovod"; pair="torus horovod"

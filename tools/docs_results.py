@@ -89,7 +89,7 @@ def bench_command(doc: dict) -> str:
         span = "--sizes " + ",".join(format_size(s) for s in sizes)
     return (f"{_launch(doc.get('host'), doc['world_size'])}python -m horovod_torus.bench {span} -n {c['iters']} "
             f"-w {c['warmup']} -c {int(bool(c['check']))} -d {c['dtype']} --strategies {','.join(c['strategies'])} "
-            f"--grid {c['grid']}")
+            f"--grid {c['grid']}" + (f" --min-seconds {c['min_seconds']:g}" if c.get("min_seconds") else ""))
 
 
 def train_command(doc: dict) -> str:

@@ -40,6 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-f", "--stepfactor", type=float, default=2.0, help="size multiplier per row (2)")
     p.add_argument("-n", "--iters", type=int, default=20, help="timed iterations per row (20)")
     p.add_argument("-w", "--warmup_iters", type=int, default=5, help="untimed warm-up iterations (5)")
+    p.add_argument("--min-seconds", type=float, default=0.0, metavar="S",
+                   help="where -n calls last less than S seconds on the slowest rank, count them as "
+                        "warm-up and time enough calls for S seconds at that pace (at most 10000; the "
+                        "row's JSON says how many); 0: always -n (0)")
     p.add_argument("-c", "--check", type=int, default=1, choices=(0, 1),
                    help="check every result against the exact sum (1)")
     p.add_argument("-d", "--datatype", default="float32",
@@ -77,7 +81,7 @@ def config_from_args(args) -> BenchConfig:
         raise ValueError(f"--plot {args.plot!r} must name a .png file")
     return BenchConfig(sizes=tuple(sizes), iters=args.iters, warmup=args.warmup_iters,
                        check=bool(args.check), dtype=canonical_dtype(args.datatype),
-                       strategies=tuple(dict.fromkeys(names)), grid=args.grid)
+                       strategies=tuple(dict.fromkeys(names)), grid=args.grid, min_seconds=args.min_seconds)
 
 
 def _mpi_grid(comm, grid):
@@ -160,7 +164,8 @@ def main(argv=None) -> int:
         if root and not header[0]:
             header[0] = True
             print(f"# horovod_torus.bench: {size} ranks on {nodes} host(s), grid {grid}, dtype {config.dtype}, "
-                  f"iters {config.iters}, warm-up {config.warmup}, check {int(config.check)}")
+                  f"iters {config.iters}" + (f" (or {config.min_seconds:g} s)" if config.min_seconds else "")
+                  + f", warm-up {config.warmup}, check {int(config.check)}")
             for s, why in skipped.items():
                 print(f"# skipping strategy {s}: {why}")
             print(format_header(), flush=True)
@@ -208,7 +213,7 @@ def main(argv=None) -> int:
 def _warm_up(names, config, control, comm) -> None:
     """One untimed call of every strategy at every size before any timing, so that one-time costs (first
     calls, allocations, connections) fall on no strategy's timed rows, whichever runs first."""
-    once = BenchConfig(**{**config.__dict__, "iters": 1, "warmup": 0, "check": False})
+    once = BenchConfig(**{**config.__dict__, "iters": 1, "warmup": 0, "check": False, "min_seconds": 0.0})
     for s in names:
         run_strategy(s, once, control, comm=comm)
 

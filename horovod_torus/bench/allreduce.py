@@ -6,7 +6,10 @@ Timing protocol, identical for every strategy so that ratios are fair:
    for TensorFlow strategies, trace the ``tf.function`` (tracing is never timed);
 2. ``warmup`` untimed iterations;
 3. a barrier, then ``iters`` timed iterations; this rank's time = elapsed / iters
-   (:func:`horovod_torus.timing.time_loop`);
+   (:func:`horovod_torus.timing.time_loop`). With ``min_seconds`` > 0, when those ``iters`` calls took
+   less than ``min_seconds`` on the slowest rank, they count as warm-up and the row times
+   :func:`row_iters` iterations instead: enough for ``min_seconds`` at that pace, the same count on every
+   rank (as OSU's micro-benchmarks run more iterations for small messages);
 4. check the last output against the exact expected sum (``check``): #wrong = differing elements;
 5. gather (time, #wrong) from every rank: the row has time min/avg/max over ranks, and #wrong summed.
 """
@@ -20,11 +23,25 @@ from horovod_torus.bench.report import DTYPES, Row
 from horovod_torus.bench.reducers import check_names, is_mpi, mpi_reduce_fn, tf_reduce_fn
 from horovod_torus.timing import time_loop
 
-__all__ = ["BenchConfig", "rank_input", "expected_sum", "count_wrong", "run_strategy", "algorithm_of", "column_of"]
+__all__ = ["BenchConfig", "MAX_ITERS", "row_iters", "rank_input", "expected_sum", "count_wrong", "run_strategy", "algorithm_of", "column_of"]
 
 # Largest integer every value up to which the dtype represents exactly (sums stay integers).
 _EXACT = {"float16": 2 ** 11, "bfloat16": 2 ** 8, "float32": 2 ** 24, "float64": 2 ** 53,
           "int32": 2 ** 31 - 1, "int64": 2 ** 63 - 1}
+
+
+#: The most timed iterations :func:`row_iters` gives a row.
+MAX_ITERS = 10000
+
+
+def row_iters(iters: int, min_seconds: float, seconds_per_call: float) -> int:
+    """Timed iterations of a row: ``iters``, or more where ``iters`` calls of ``seconds_per_call`` (the
+    slowest rank's pace over a first loop of ``iters`` calls) take less than ``min_seconds``; at most :data:`MAX_ITERS` (never fewer
+    than ``iters``)."""
+    if min_seconds <= 0:
+        return iters
+    wanted = int(np.ceil(min_seconds / max(seconds_per_call, 1e-9)))
+    return max(iters, min(wanted, MAX_ITERS))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,6 +56,8 @@ class BenchConfig:
         dtype: element type (-d), a key of report.DTYPES.
         strategies: names from reducers.STRATEGIES, in the order to run.
         grid: ``"XxY"`` or None (the default grid of horovod_torus).
+        min_seconds: seconds a row's timed loop should at least last (``--min-seconds``): rows whose ``iters``
+            calls are shorter time more iterations (:func:`row_iters`); 0: always ``iters``.
     """
 
     sizes: tuple
@@ -48,10 +67,13 @@ class BenchConfig:
     dtype: str = "float32"
     strategies: tuple = ("torus", "horovod", "mpi-torus", "mpi")
     grid: str | None = None
+    min_seconds: float = 0.0
 
     def __post_init__(self):
         if self.iters < 1:
             raise ValueError(f"iterations -n {self.iters} must be >= 1")
+        if not self.min_seconds >= 0:
+            raise ValueError(f"--min-seconds {self.min_seconds} must be >= 0 (0: always -n iterations)")
         if self.warmup < 0:
             raise ValueError(f"warm-up iterations -w {self.warmup} must be >= 0")
         if self.dtype not in DTYPES:
@@ -196,14 +218,19 @@ def run_strategy(strategy: str, config: BenchConfig, control, *, comm=None, on_r
             step, wait, result = _tf_runner(reduce, strategy, count, config.dtype, rank, nranks)
         else:
             step, wait, result = _mpi_runner(reduce, count, config.dtype, rank, nranks)
-        seconds = time_loop(step, config.iters, warmup=config.warmup, wait=wait, barrier=barrier)
+        iters = config.iters
+        seconds = time_loop(step, iters, warmup=config.warmup, wait=wait, barrier=barrier)
+        if config.min_seconds > 0:  # too short a loop: it was one more warm-up, time enough calls now
+            more = row_iters(iters, config.min_seconds, float(control.gather([seconds])[:, 0].max()))
+            if more > iters:
+                iters, seconds = more, time_loop(step, more, wait=wait, barrier=barrier)
         wrong = count_wrong(result(), expected_sum(count, nranks, config.dtype)) if config.check else -1
         gathered = control.gather([seconds, wrong])
         total_wrong = None if not config.check else int(gathered[:, 1].sum())
         nbytes = count * DTYPES[config.dtype]
         row = Row.from_times(strategy, count, config.dtype, gathered[:, 0], total_wrong,
                              algorithm=algorithm_of(strategy, nbytes, reduce),
-                             column=column_of(strategy, nbytes, reduce))
+                             column=column_of(strategy, nbytes, reduce), iters=iters)
         rows.append(row)
         if on_row is not None:
             on_row(row)

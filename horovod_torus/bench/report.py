@@ -128,6 +128,7 @@ class Row:
             Older files also hold ``ring`` (Horovod) and ``mpi`` (MPI_Allreduce).
         column: the column phase's algorithm of a ``torus`` row (``ring``, ``MPI_Allreduce``,
             ``hvd.allreduce``, ``none``), else ``""``.
+        iters: timed iterations behind ``time_us`` (0 in files written before it was recorded).
     """
 
     strategy: str
@@ -140,10 +141,11 @@ class Row:
     wrong: int | None
     algorithm: str = ""
     column: str = ""
+    iters: int = 0
 
     @classmethod
     def from_times(cls, strategy, count, dtype, per_rank_seconds, wrong, algorithm: str = "",
-                   column: str = "") -> "Row":
+                   column: str = "", iters: int = 0) -> "Row":
         """Build a row from every rank's per-iteration time (seconds); world size = len(times)."""
         size = count * DTYPES[dtype]
         times = summarize_times(per_rank_seconds)
@@ -151,7 +153,8 @@ class Row:
         n = len(per_rank_seconds)
         return cls(strategy=strategy, size_bytes=size, count=count, dtype=dtype, time_us=times,
                    algbw_gbps=algbw_gbps(size, avg_s), busbw_gbps=busbw_gbps(size, avg_s, n),
-                   wrong=None if wrong is None else int(wrong), algorithm=algorithm, column=column)
+                   wrong=None if wrong is None else int(wrong), algorithm=algorithm, column=column,
+                   iters=int(iters))
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -13,7 +13,7 @@ def test_short_sweep_every_strategy_correct(hvd, world, tmp_path):
     size, rank = world
     path = tmp_path / "bench.json"
     rc = main(["-b", "4", "-e", "64K", "-f", "64", "-n", "2", "-w", "1", "--json", str(path)])
-    rc_f64 = main(["-b", "3", "-e", "3000", "-f", "10", "-n", "1", "-w", "0", "-d", "double",
+    rc_f64 = main(["-b", "3", "-e", "3000", "-f", "10", "-n", "1", "-w", "0", "-d", "double", "--min-seconds", "0.05",
                    "--strategies", "torus", "mpi-torus", "--json", str(tmp_path / "f64.json")])
     rc_bf16 = main(["-b", "2", "-e", "2000", "-f", "10", "-n", "1", "-w", "1", "-d", "bfloat16",
                     "--json", str(tmp_path / "bf16.json")])
@@ -38,6 +38,7 @@ def test_short_sweep_every_strategy_correct(hvd, world, tmp_path):
         if r["strategy"] == "torus":
             assert r["column"] == torus.column_algorithm(r["size_bytes"]), r
         assert 0 < r["time_us"]["min"] <= r["time_us"]["avg"] <= r["time_us"]["max"]
+        assert r["iters"] == 2, r  # -n 2, no --min-seconds
         assert abs(r["algbw_gbps"] - r["size_bytes"] / r["time_us"]["avg"] / 1e3) < 1e-9
         assert abs(r["busbw_gbps"] - r["algbw_gbps"] * 2 * (size - 1) / size) < 1e-9
     assert doc["host"]["nodes"] == 1 and sum(doc["host"]["ranks_per_host"].values()) == size
@@ -47,6 +48,9 @@ def test_short_sweep_every_strategy_correct(hvd, world, tmp_path):
     # 3 B is below one float64 element, so the sweep starts at 30 B = 3 elements (sizes not multiples of X)
     assert [(r["count"], r["dtype"], r["wrong"]) for r in f64["rows"] if r["strategy"] == "torus"] == [
         (3, "float64", 0), (37, "float64", 0), (375, "float64", 0)]
+    # --min-seconds 0.05 with -n 1: a row whose one call took less than 50 ms times more calls (a 3-element
+    # all-reduce on one host takes about a millisecond: some of the 6 rows must have), never more than 10000
+    assert all(1 <= r["iters"] <= 10000 for r in f64["rows"]) and max(r["iters"] for r in f64["rows"]) > 1
     bf16 = json.loads((tmp_path / "bf16.json").read_text())
     # only the torus sums bfloat16 (as float32): Horovod and MPI have no bfloat16 reduction
     assert {"horovod", "mpi"} <= set(bf16["skipped"])

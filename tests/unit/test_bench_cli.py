@@ -18,6 +18,21 @@ def test_defaults_and_nccl_tests_flags():
               "--strategies", "ring", "ring", "mpi", "--grid", "2x2")
     assert c.sizes == (1024, 32768, 1048576) and (c.iters, c.warmup, c.check) == (3, 0, False)
     assert c.dtype == "float16" and c.strategies == ("ring", "mpi") and c.grid == "2x2"
+    assert c.min_seconds == 0.0 and parse("--min-seconds", "0.5").min_seconds == 0.5
+
+
+@pytest.mark.parametrize("iters,min_seconds,pace,expected", [
+    (10, 0.0, 1e-6, 10),        # 0: always -n
+    (10, 0.5, 0.002, 250),      # 10 calls of 2 ms last 20 ms: 250 for half a second
+    (10, 0.5, 0.1, 10),         # 10 calls already last a second: never fewer than -n
+    (10, 0.5, 1e-7, 10000),     # at most MAX_ITERS
+    (10, 0.5, 0.0, 10000),      # a zero pace (clock resolution) is no division by zero
+])
+def test_row_iters(iters, min_seconds, pace, expected):
+    from horovod_torus.bench.allreduce import MAX_ITERS, row_iters
+
+    assert MAX_ITERS == 10000
+    assert row_iters(iters, min_seconds, pace) == expected
 
 
 @pytest.mark.parametrize("argv,message", [
@@ -27,6 +42,7 @@ def test_defaults_and_nccl_tests_flags():
     (["--plot", "out.svg"], "must name a .png"),
     (["-d", "complex64"], "dtype 'complex64' is not supported"),
     (["-n", "0"], "iterations -n 0"),
+    (["--min-seconds", "-1"], "--min-seconds -1.0 must be >= 0"),
 ])
 def test_bad_flags_fail_before_any_collective(argv, message, capsys):
     assert main(argv) == 2

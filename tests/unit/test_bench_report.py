@@ -68,7 +68,7 @@ def test_json_document_keys(tmp_path):
     back = json.loads(path.read_text())
     assert set(back) >= {"world_size", "grid", "host", "rows"}
     assert set(back["rows"][0]) == {"strategy", "size_bytes", "count", "dtype", "time_us", "algbw_gbps",
-                                    "busbw_gbps", "wrong", "algorithm", "column"}
+                                    "busbw_gbps", "wrong", "algorithm", "column", "iters"}
     assert back["rows"][0]["time_us"] == pytest.approx({"min": 10.0, "avg": 20.0, "max": 30.0})
     assert list(tmp_path.joinpath("sub").iterdir()) == [path]  # no temporary file left behind
 

@@ -44,7 +44,7 @@ def describe_mismatch(per_rank: list[dict]) -> str | None:
 
 
 def agree(settings: dict, *, rank: int, size: int, comm=None, environ=None, timeout: float = 120.0,
-          scope: str | None = None) -> list[dict]:
+          scope: str | None = None, what: str = "horovod_torus.init") -> list[dict]:
     """Exchange ``settings`` (a JSON-able dict) among all ranks; raise on every rank when they differ.
 
     Args:
@@ -57,6 +57,8 @@ def agree(settings: dict, *, rank: int, size: int, comm=None, environ=None, time
             ``horovod_torus_init_<n>``, n counting this process's calls (the same on every rank of a job
             whose processes all started together; an elastic job passes its own, see
             :func:`horovod_torus.tensorflow.runtime.init`).
+        what: the call named in the error message (``"horovod_torus.init"``,
+            ``"horovod_torus.mpi.TorusComm.create"``).
 
     Returns:
         Every rank's settings, in rank order.
@@ -78,17 +80,26 @@ def agree(settings: dict, *, rank: int, size: int, comm=None, environ=None, time
 
             comm = MPI.COMM_WORLD
         per_rank = comm.allgather(settings)
+    failed = {r: d["error"] for r, d in enumerate(per_rank) if isinstance(d, dict) and "error" in d}
+    if failed and len(failed) < size:  # some ranks' own input is bad: say theirs, not a diff of empty settings
+        errors = "\n".join(f"  rank {r}: {e}" for r, e in failed.items())
+        raise SettingsMismatchError(
+            f"{what}: the ranks were started with different torus settings: rank(s) {sorted(failed)} rejected "
+            f"theirs, the other ranks did not:\n{errors}\n"
+            f"fix the value on those ranks (a variable set on some ranks only, e.g. an MPMD launch or a "
+            f"per-host environment: export the same HOROVOD_TORUS_* to every rank, e.g. mpirun -x NAME, or to "
+            f"none)")
     problem = describe_mismatch(per_rank)
     if problem:
         raise SettingsMismatchError(
-            f"horovod_torus.init: the ranks were started with different torus settings:\n{problem}\n"
+            f"{what}: the ranks were started with different torus settings:\n{problem}\n"
             f"pass the same grid, transport and process sets on every rank (export HOROVOD_TORUS_GRID / "
             f"HOROVOD_TORUS_TRANSPORT / HOROVOD_TORUS_* to all ranks, e.g. mpirun -x NAME, or to none)")
     return per_rank
 
 
 def agree_on(build, *, rank: int, size: int, comm=None, environ=None, timeout: float = 120.0,
-             scope: str | None = None):
+             scope: str | None = None, what: str = "horovod_torus.init"):
     """Run this rank's local checks, then :func:`agree`: the same outcome on every rank.
 
     Args:
@@ -96,7 +107,7 @@ def agree_on(build, *, rank: int, size: int, comm=None, environ=None, timeout: f
             the JSON-able dict the ranks compare. A ValueError or TypeError it raises is sent to the other
             ranks in place of the dict (so they do not wait for this rank) and raised here after the
             exchange.
-        rank, size, comm, environ, timeout, scope: as for :func:`agree`.
+        rank, size, comm, environ, timeout, scope, what: as for :func:`agree`.
 
     Returns:
         ``value``, when every rank's checks passed with equal settings.
@@ -110,7 +121,7 @@ def agree_on(build, *, rank: int, size: int, comm=None, environ=None, timeout: f
         value, settings = build()
     except (ValueError, TypeError) as exc:
         local_error, settings = exc, {"error": f"{type(exc).__name__}: {exc}"}
-    agree(settings, rank=rank, size=size, comm=comm, environ=environ, timeout=timeout, scope=scope)
+    agree(settings, rank=rank, size=size, comm=comm, environ=environ, timeout=timeout, scope=scope, what=what)
     if local_error is not None:
         raise local_error
     return value

@@ -20,14 +20,29 @@ from horovod_torus import crossover
 __all__ = ["main"]
 
 
+def _error(e: Exception) -> int:
+    """Print ``e`` as the one-line ``error:`` the other tools print (horovod_torus.bench's); return 2."""
+    print(f"horovod_torus.calibrate: error: {e}", file=sys.stderr)
+    return 2
+
+
 def main(argv=None) -> int:
     """``python -m horovod_torus.calibrate``: list the crossover cache, or (under a launcher) calibrate and
-    cache the crossover of this job's key for the numpy API and, with ``--tensorflow``, the TensorFlow torus."""
+    cache the crossover of this job's key for the numpy API and, with ``--tensorflow``, the TensorFlow torus.
+
+    Returns the exit status: 0, or 2 after a one-line ``error:`` on stderr for a bad setting (a malformed
+    ``--grid``, checked as :mod:`horovod_torus.bench` checks it, with
+    :meth:`horovod_torus.topology.TorusTopology.parse`; a grid whose X*Y is not the world size; a bad
+    ``HOROVOD_TORUS_*`` variable), on every rank alike and before anything is deleted or measured."""
     import argparse
 
-    from horovod_torus.settings import DEFAULT_CACHE_DIR
+    from horovod_torus.settings import DEFAULT_CACHE_DIR, TorusSettings
+    from horovod_torus.topology import TorusTopology
 
-    p = argparse.ArgumentParser(prog="python -m horovod_torus.calibrate", description=main.__doc__.split("\n")[0])
+    # --help's description: the docstring's first paragraph, whole, after the command's name
+    description = " ".join(main.__doc__.split("\n\n")[0].split()).split(": ", 1)[1]
+    description = description[0].upper() + description[1:].replace("``", "")
+    p = argparse.ArgumentParser(prog="python -m horovod_torus.calibrate", description=description)
     p.add_argument("--cache-dir", default=None, help=f"the cache directory (HOROVOD_TORUS_CACHE_DIR, else {DEFAULT_CACHE_DIR})")
     p.add_argument("--show", action="store_true", help="list the cache files and exit (no launcher needed)")
     p.add_argument("--grid", default=None, help="torus grid XxY (HOROVOD_TORUS_GRID, else the default)")
@@ -35,9 +50,12 @@ def main(argv=None) -> int:
     p.add_argument("--force", action="store_true", help="measure again even when a cache file exists")
     p.add_argument("--version", action="version", version=f"%(prog)s {__import__('horovod_torus').__version__}")
     args = p.parse_args(argv)
-    from horovod_torus.settings import TorusSettings
-
-    cache_dir = TorusSettings.resolve(size=1, cache_dir=args.cache_dir, fields=("cache_dir",)).cache_dir
+    try:
+        if args.grid is not None:
+            TorusTopology.parse(args.grid)  # the bench's check (horovod_torus.bench.config_from_args)
+        cache_dir = TorusSettings.resolve(size=1, cache_dir=args.cache_dir, fields=("cache_dir",)).cache_dir
+    except ValueError as e:
+        return _error(e)
     if args.show:
         for d in crossover.show(cache_dir or DEFAULT_CACHE_DIR):
             key = d.get("key", {})
@@ -47,21 +65,33 @@ def main(argv=None) -> int:
         return 0
     from mpi4py import MPI
 
-    from horovod_torus.mpi import TorusComm
+    from horovod_torus.mpi import TorusComm, comm_world
 
     comm = MPI.COMM_WORLD
+    try:  # the grid must fit this job (the same answer on every rank) before --force deletes anything
+        size, local_size, _ = comm_world(comm)
+        TorusSettings.resolve(size=size, local_size=local_size, grid=args.grid, fields=("grid",))
+    except ValueError as e:
+        return _error(e)
     if args.force and comm.Get_rank() == 0 and cache_dir:
         for d in crossover.show(cache_dir):
             os.unlink(d["path"])
     comm.Barrier()
-    with TorusComm.create(comm, args.grid, min_torus_bytes="auto", cache_dir=cache_dir or "off") as tc:
+    try:  # ValueError: raised on every rank before any torus communicator exists
+        tc = TorusComm.create(comm, args.grid, min_torus_bytes="auto", cache_dir=cache_dir or "off")
+    except ValueError as e:
+        return _error(e)
+    with tc:
         lines = [f"numpy API, grid {tc.grid}: min_torus_bytes {tc.min_torus_bytes} ({tc.crossover_source})"]
     if args.tensorflow:
         import horovod_torus.tensorflow as hvd
 
         import tensorflow as tf
 
-        torus = hvd.init(grid=args.grid, min_torus_bytes="auto", cache_dir=cache_dir or "off")
+        try:  # ValueError: raised on every rank before any collective
+            torus = hvd.init(grid=args.grid, min_torus_bytes="auto", cache_dir=cache_dir or "off")
+        except ValueError as e:
+            return _error(e)
         torus([tf.zeros([1])], op=hvd.Sum)   # with a GPU visible the first call resolves it
         lines += [f"TensorFlow torus, transport {t}: min_torus_bytes {v} ({torus.crossover_source[t]})"
                   for t, v in torus.crossover.items()]

@@ -62,11 +62,18 @@ from horovod_torus.p2p import (blocks, halving_doubling_allreduce, ring_allgathe
 from horovod_torus.phases import allreduce_buffer
 from horovod_torus.settings import TorusSettings
 from horovod_torus.signature import EXIT_SIGNATURE, CallSignature, TorusMismatchError, compare, extremes, leaving
-from horovod_torus.stall import TESTS_PER_CHECK, CallClock, TorusStallError, left_stall
+from horovod_torus.stall import TESTS_PER_CHECK, CallClock, TorusStallError, job_ending, left_stall
 from horovod_torus.topology import TorusTopology
 
 __all__ = ["TorusComm", "torus_allreduce", "ring_reduce_scatter", "ring_allgather", "comm_world",
            "RING_MIN_BYTES", "TorusMismatchError", "TorusStallError", "ColumnModel"]
+
+
+def _check_comm(comm) -> None:
+    """Raise TypeError unless ``comm`` is a live mpi4py intracommunicator."""
+    if not isinstance(comm, MPI.Intracomm) or comm == MPI.COMM_NULL:
+        raise TypeError(f"comm={comm!r}: pass a TorusComm (TorusComm.create(MPI.COMM_WORLD), the fast way) or an "
+                        f"mpi4py intracommunicator such as MPI.COMM_WORLD")
 
 
 def comm_world(comm: MPI.Comm) -> tuple[int, int, int]:
@@ -137,6 +144,7 @@ class TorusComm:
         self.crossover_source = "setting"
         self._signatures: dict = {}  # (shape, dtype, op, algorithm) -> CallSignature of the numpy API
         self._checks: dict = {}  # id(signature) -> (signature, column, check send vector, receive vector)
+        self.freed = False  # free() was called (or the with block ended): no call may use it again
 
     @classmethod
     def create(cls, comm: MPI.Comm, grid: TorusTopology | str | None = None, *, column_algorithm=None,
@@ -167,7 +175,9 @@ class TorusComm:
             ValueError: a malformed setting or X*Y != comm size (every rank raises, before any torus
                 communicator exists); :class:`horovod_torus.agreement.SettingsMismatchError` (a
                 ValueError) when the ranks resolved different settings, naming each rank's value.
+            TypeError: ``comm`` is not an mpi4py intracommunicator.
         """
+        _check_comm(comm)
         size, local_size, rank = comm_world(comm)
 
         def build():
@@ -175,11 +185,11 @@ class TorusComm:
             settings = TorusSettings.resolve(size=size, local_size=local_size, grid=grid,
                                              column_algorithm=column_algorithm, stall_seconds=stall_seconds,
                                              min_torus_bytes=min_torus_bytes, cache_dir=cache_dir,
-                                             fields=fields, column_ring=column_ring)
+                                             column_ring=column_ring)  # every setting: a bad transport raises too
             shown = settings.agreement()
             return settings, {k: shown[k] for k in fields if k in shown}
 
-        settings = agree_on(build, rank=rank, size=size, comm=comm)
+        settings = agree_on(build, rank=rank, size=size, comm=comm, what="horovod_torus.mpi.TorusComm.create")
         tc = cls.from_settings(comm, settings)
         try:
             tc.resolve_crossover(settings)
@@ -272,7 +282,15 @@ class TorusComm:
 
 
     def free(self) -> None:
-        """Free the three communicators (collective only in MPI's sense: call it on every rank)."""
+        """Free the communicators (collective only in MPI's sense: call it on every rank); a second call
+        does nothing. After a stall this process raised (:func:`horovod_torus.stall.job_ending`) nothing is
+        freed: the stalled call's requests never complete, and the job ends with MPI_Abort at exit, which
+        needs the roll-call communicator. A freed TorusComm raises ValueError when used."""
+        if self.freed:
+            return
+        self.freed = True
+        if job_ending():
+            return
         for c in (self.row, self.column, self.alarm, self.comm):
             if c != MPI.COMM_NULL:
                 c.Free()
@@ -280,8 +298,21 @@ class TorusComm:
     def __enter__(self) -> "TorusComm":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.free()
+    def __exit__(self, exc_type, exc, tb) -> None:
+        """The end of a ``with TorusComm.create(...)`` block: when the block ended without an exception,
+        :meth:`leave` first (so a rank that leaves while others still make torus calls makes them raise at
+        once, naming it, and raises itself), then :meth:`free`."""
+        try:
+            if exc_type is None and not self.freed and not job_ending():
+                self.leave()
+        finally:
+            self.free()
+
+    def _usable(self) -> None:
+        """Raise ValueError when this TorusComm was freed."""
+        if self.freed:
+            raise ValueError("this TorusComm was freed (its `with` block ended, or free() was called): make a new "
+                             "one with TorusComm.create(comm) and pass that")
 
     def watch(self, name: str = "") -> "_Watch":
         """Run one call under the deadline (:attr:`deadline`, the ``stall_seconds`` setting, the time
@@ -357,7 +388,8 @@ class TorusComm:
                 left = leaving(gathered)
                 if left and len(left) < self.grid.size:  # some ranks reached their exit: name them at once
                     raise left_stall(self.alarm, gathered, left, self.grid)
-                compare(gathered, signature)
+                # every rank is here (the same verdict everywhere): each rank's shapes, to name them
+                compare(gathered, signature, layouts=self.comm.allgather(tuple(signature.layout)))
         return None
 
     def _check_buffers(self, signature: CallSignature, column: str) -> tuple[np.ndarray, np.ndarray]:
@@ -374,8 +406,10 @@ class TorusComm:
 
     def leave(self) -> None:
         """Exchange :data:`horovod_torus.signature.EXIT_SIGNATURE` (at the process's exit, registered by
-        ``init``): returns when every rank leaves; raises :class:`horovod_torus.stall.TorusStallError` on
-        every rank at once when some still make torus calls (naming the ranks that left)."""
+        ``init``; at the end of a ``with TorusComm.create(...)`` block): returns when every rank leaves;
+        raises :class:`horovod_torus.stall.TorusStallError` on every rank at once when some still make torus
+        calls (naming the ranks that left)."""
+        self._usable()
         with self.watch("<exit>"):
             self.verify(EXIT_SIGNATURE)
 
@@ -505,7 +539,10 @@ def _op_name(op) -> str:
     for name, mpi_op in _MPI_OPS.items():
         if op == mpi_op:
             return name
-    raise ValueError(f"op={op!r} is not supported by the torus all-reduce: use MPI.SUM, MPI.MIN, MPI.MAX "
+    known = next((f"MPI.{n}" for n in ("LAND", "BAND", "LOR", "BOR", "LXOR", "BXOR", "MAXLOC", "MINLOC", "REPLACE",
+                                       "NO_OP") if isinstance(op, MPI.Op) and op == getattr(MPI, n, None)),
+                 "a user-defined MPI.Op" if isinstance(op, MPI.Op) else repr(op))
+    raise ValueError(f"op={known} is not supported by the torus all-reduce: use MPI.SUM, MPI.MIN, MPI.MAX "
                      f"or MPI.PROD")
 
 
@@ -534,7 +571,9 @@ def torus_allreduce(comm, sendbuf, recvbuf=None, op=MPI.SUM, grid=None):
             unsupported op.
         TorusMismatchError (a ValueError): on every rank, when the ranks pass different shapes, dtypes or
             ops (one MPI_Allgather of the call signatures compares them first).
-        TypeError: a dtype without an MPI datatype (the message names it).
+        TypeError: a dtype without an MPI datatype (the message names it); ``comm`` neither a TorusComm nor
+            an mpi4py intracommunicator.
+        ValueError: a TorusComm that was freed (its ``with`` block ended).
     """
     send = np.asarray(sendbuf, order="C")
     if recvbuf is not None and (recvbuf.shape != send.shape or recvbuf.dtype != send.dtype):
@@ -550,7 +589,9 @@ def torus_allreduce(comm, sendbuf, recvbuf=None, op=MPI.SUM, grid=None):
     if isinstance(comm, TorusComm):
         if grid is not None and str(grid) != str(comm.grid):
             raise ValueError(f"grid={grid} differs from the TorusComm's grid {comm.grid}")
+        comm._usable()
         return _run(comm, send, recvbuf, opname)
+    _check_comm(comm)
     tc = TorusComm.create(comm, grid)
     try:
         return _run(tc, send, recvbuf, opname)

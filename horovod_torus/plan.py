@@ -12,7 +12,9 @@ Every run also ranks flat ring, double binary tree, halving-doubling, hierarchic
 tree or halving-doubling column by their time per call, the per-call cost included (library calls,
 Horovod's cycles and coordination, the torus' per-call check: :func:`horovod_torus.costmodel.per_call_time`),
 with each one's ratio to the best, and estimates the torus' start-up (process sets registered, agreement
-exchange) and its per-call check at the cluster's size.
+exchange) and its per-call check at the cluster's size. The recommendation (the ``recommended:`` line, the
+JSON's ``recommended``, ``--print-grid``) is the first of that ranking for the first ``--transport``: a
+torus and its grid, or a flat all-reduce (Horovod's own; ``--print-grid`` prints ``ring``).
 
 A cluster description (JSON) has the keys of the CLI flags: ``{"name": "mine", "nodes": 64,
 "ranks_per_node": 8, "intra": {"latency_us": 2, "bandwidth_gbps": 150}, "inter": {"latency_us": 5,
@@ -52,7 +54,8 @@ RESNET50_BYTES = (25_583_592 * 4, 25_583_592 * 2)
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m horovod_torus.plan",
                                 description="Alpha-beta predictions of ring, halving-doubling, hierarchical "
-                                            "and 2D-torus all-reduce, and the recommended torus grid.")
+                                            "and 2D-torus all-reduce, a ranking with trees and the per-call "
+                                            "cost, and the recommended algorithm: the ranking's fastest.")
     p.add_argument("--preset", nargs="+", choices=sorted(PRESETS), metavar="PRESET",
                    help=f"start from a known cluster ({', '.join(sorted(PRESETS))}); several: one report each "
                         "(plain or --markdown output)")
@@ -88,20 +91,34 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print the ranking as a Markdown page (docs/planner.md is this output)")
     p.add_argument("--json", metavar="FILE", help="write the predictions as JSON")
     p.add_argument("--print-grid", action="store_true",
-                   help="print only the choice for the first message size: the best torus grid XxY, or "
-                        "'ring' when the ring is faster or the best grid is 1xN/Nx1 (for job scripts)")
+                   help="print only the choice for the first message size and the first --transport: the "
+                        "grid XxY of the ranking's fastest algorithm when it is a torus, or 'ring' (Horovod's "
+                        "own all-reduce) when a flat all-reduce is predicted faster or no grid XxY with X, Y > 1 "
+                        "exists (for job scripts)")
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     return p
 
 
-def grid_choice(pred) -> str:
-    """What a job script passes on (the app offers the torus and the ring): ``"ring"`` when the ring is
-    predicted faster than the best torus grid, or when that grid is degenerate (1xN or Nx1: one flat
-    all-reduce, which Horovod's own ring does with less overhead); else the grid ``"XxY"``."""
-    g = pred.best_grid
-    if pred.times["torus"] > pred.times["ring"] or g.x == 1 or g.y == 1:
-        return "ring"
-    return str(g)
+def grid_choice(ranked) -> str:
+    """What a job script passes on (the app offers the torus and Horovod's own all-reduce), from a ranking
+    of :func:`horovod_torus.costmodel.rank_algorithms` (fastest first, trees and the per-call cost
+    included): the grid ``"XxY"`` when the fastest is a torus, else ``"ring"`` (a flat all-reduce,
+    Horovod's own, is predicted faster; the ranking has no torus on a degenerate 1xN/Nx1 grid, so a world
+    without a grid XxY with X, Y > 1 gets ``"ring"`` too). Agrees with :func:`recommendation`."""
+    return str(ranked[0].grid) if ranked[0].grid is not None else "ring"
+
+
+def recommendation(ranked) -> str:
+    """The planner's recommendation in words: the fastest algorithm of a ranking of
+    :func:`horovod_torus.costmodel.rank_algorithms` (trees and the per-call cost included), e.g.
+    ``"torus on grid 64x34 (tree column)"`` or ``"double binary tree (Horovod's own all-reduce)"`` (which
+    flat algorithm Horovod's all-reduce runs is its library's choice: NCCL's ring or tree, MPI's
+    algorithm). :func:`grid_choice` passes the same choice on to job scripts."""
+    best = ranked[0]
+    if best.grid is not None:
+        return f"torus on grid {best.grid} ({best.label.split(', ', 1)[1]})"
+    how = ", HOROVOD_HIERARCHICAL_ALLREDUCE=1" if best.algorithm == "hierarchical" else ""
+    return f"{best.label} (Horovod's own all-reduce{how})"
 
 
 #: The keys of a cluster description (JSON), and what each one holds (for error messages).
@@ -243,8 +260,11 @@ def describe_cluster(c: Cluster) -> str:
             + f"; gamma {c.gamma * 1e12:.2f} ps/B")
 
 
-def format_prediction(pred, top: int = 5) -> str:
-    """A table of predicted times (ms) for one message size."""
+def format_prediction(pred, top: int = 5, *, ranked) -> str:
+    """A table of predicted times (ms) for one message size (``pred``: :func:`horovod_torus.costmodel.predict`,
+    alpha-beta only), the ``top`` torus grids, and the recommendation: the fastest of ``ranked`` (the
+    ranking of :func:`horovod_torus.costmodel.rank_algorithms` the output prints after it;
+    :func:`recommendation`)."""
     ring = pred.times["ring"]
     lines = [f"message {int(pred.nbytes)} B ({pred.nbytes / 1e6:.1f} MB) per rank",
              f"  {'algorithm':<26} {'time (ms)':>10} {'vs ring':>8}"]
@@ -254,9 +274,9 @@ def format_prediction(pred, top: int = 5) -> str:
     if pred.natural_grid is not None:
         lines.append(f"  {'torus ' + str(pred.natural_grid) + ' (node per row)':<26} {_ms(pred.natural_time)} "
                      f"{ring / pred.natural_time:>7.2f}x")
-    ranked = sorted(pred.grid_times, key=lambda gt: gt[1])[:top]
-    lines.append("  best torus grids: " + ", ".join(f"{g} {t * 1e3:.3f} ms" for g, t in ranked))
-    lines.append(f"  recommended: {pred.recommended}" + (f" on grid {pred.best_grid}" if pred.recommended == "torus" else ""))
+    grids = sorted(pred.grid_times, key=lambda gt: gt[1])[:top]
+    lines.append("  best torus grids: " + ", ".join(f"{g} {t * 1e3:.3f} ms" for g, t in grids))
+    lines.append(f"  recommended: {recommendation(ranked)}")
     return "\n".join(lines)
 
 
@@ -410,7 +430,7 @@ def main(argv=None) -> int:
         print(f"horovod_torus.plan: error: {e}", file=sys.stderr)
         return 2
     if args.print_grid:
-        print(grid_choice(predict(cluster, sizes[0])))
+        print(grid_choice(rank_algorithms(cluster, sizes[0], args.transport[0], cost)))
         return 0
     if args.markdown:
         command = "python -m horovod_torus.plan " + " ".join(shlex.quote(a) for a in argv)
@@ -421,12 +441,15 @@ def main(argv=None) -> int:
         first = None
         for n in sizes:
             pred = predict(cluster, n)
-            print(format_prediction(pred, args.top))
+            rankings = {t: rank_algorithms(cluster, n, t, cost) for t in args.transport}
+            best = rankings[args.transport[0]][0]  # the recommendation: the first transport's fastest
+            print(format_prediction(pred, args.top, ranked=rankings[args.transport[0]]))
             entry = {"bytes": n, "times_s": pred.times, "best_grid": str(pred.best_grid),
                      "natural_grid": str(pred.natural_grid) if pred.natural_grid else None,
-                     "natural_time_s": pred.natural_time, "recommended": pred.recommended, "ranking": {}}
+                     "natural_time_s": pred.natural_time, "recommended": best.algorithm,
+                     "recommended_grid": str(best.grid) if best.grid else None, "ranking": {}}
             for transport in args.transport:
-                ranked = rank_algorithms(cluster, n, transport, cost)
+                ranked = rankings[transport]
                 first = first or ranked
                 print(f"  ranking with trees and the per-call cost ({_cost_line(transport, cost)}):")
                 print(_text_table(RANKING_HEADER, ranking_rows(ranked), indent="    "))

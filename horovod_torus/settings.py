@@ -12,11 +12,13 @@ own stall variables, which Horovod reads only from the environment). The configu
 - ``cache_dir``: ``HOROVOD_TORUS_CACHE_DIR``; default ``~/.cache/horovod_torus`` (``off``: no cache file);
 - ``column_algorithm``: ``HOROVOD_TORUS_COLUMN_ALGORITHM`` (``HOROVOD_TORUS_COLUMN_RING``: deprecated alias,
   ``1`` = ``ring``, ``0`` = ``mpi``); default ``auto``;
-- ``stall_seconds``: ``HOROVOD_STALL_SHUTDOWN_TIME_SECONDS`` (Horovod's own); default 300 s (0: never).
+- ``stall_seconds``: ``HOROVOD_STALL_SHUTDOWN_TIME_SECONDS`` (Horovod's own); default 300 s (0 or inf: never;
+  NaN and negative numbers raise).
 """
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import warnings
 
@@ -73,8 +75,8 @@ class TorusSettings:
         column_algorithm: phase 2 on the MPI transport, one of :data:`COLUMN_CHOICES`: ``"mpi"``
             (``MPI_Allreduce``), ``"ring"``, ``"halving-doubling"``, ``"tree"`` (non-blocking
             point-to-point, :mod:`horovod_torus.columns`) or ``"auto"`` (one per call from the cost model).
-        stall_seconds: seconds a collective may wait for the other ranks before the job stops (None:
-            forever).
+        stall_seconds: seconds a collective may wait for the other ranks before the job stops: a finite
+            number > 0, or None (forever: given as 0 or inf).
         cache_dir: the directory of the crossover cache files (None: no cache). Only rank 0's value is
             used (rank 0 reads and writes the file), so it is not compared across ranks.
     """
@@ -89,7 +91,7 @@ class TorusSettings:
     @classmethod
     def resolve(cls, *, size: int, local_size: int | None = None, grid=None, transport=None,
                 min_torus_bytes=None, column_algorithm=None, stall_seconds=None, cache_dir=None, environ=None,
-                fields=None, column_ring=None) -> "TorusSettings":
+                fields=None, column_ring=None, names=None) -> "TorusSettings":
         """The settings of a world of ``size`` ranks (``local_size`` per node): each argument, else its
         variable (:data:`ENVIRONMENT`), else its default. Local: no communication.
 
@@ -98,13 +100,17 @@ class TorusSettings:
             transport: one of :data:`TRANSPORT_CHOICES` or None.
             min_torus_bytes: an int >= 0 (bytes), ``"auto"`` or None.
             column_algorithm: one of :data:`COLUMN_CHOICES` or None.
-            stall_seconds: seconds > 0, 0 (never), or None.
+            stall_seconds: seconds > 0, 0 or inf (never), or None; NaN and negative numbers raise.
             cache_dir: a directory, ``"off"`` (no cache), or None.
             environ: the environment (``os.environ``).
             fields: the settings this caller uses (default: all); the others keep their defaults and
-                their variables are not read (the numpy API uses all but transport).
+                their variables are not read (the training app's early grid check, the calibration
+                CLI's cache directory, ``init``'s stall deadline before an elastic Horovod starts). ``init``
+                and ``TorusComm.create`` resolve all, so both reject the same malformed values.
             column_ring: deprecated alias of ``column_algorithm`` (DeprecationWarning): True = ``"ring"``,
                 False = ``"mpi"``, ``"auto"``; an error when both are given.
+            names: the caller's name of an argument where it differs from the setting's, for the
+                messages (``init``: ``{"stall_seconds": "stall_shutdown_seconds"}``).
 
         Raises:
             ValueError: a malformed value, naming the argument or variable it came from and the fix; a
@@ -115,19 +121,22 @@ class TorusSettings:
         if fields is not None:
             environ = {k: v for k, v in environ.items()
                        if not any(k in ENVIRONMENT[f] for f in set(ENVIRONMENT) - set(fields))}
-        source, value = _pick("grid", grid, environ)
+
+        def pick(setting, argument):
+            return _pick(setting, argument, environ, names or {})
+
+        source, value = pick("grid", grid)
         the_grid = _grid(source, value) or TorusTopology.from_world(size, local_size)
         try:
             the_grid.check_size(size)
         except ValueError as exc:
             raise ValueError(f"{source}={value!r}: {exc}" if value is not None else str(exc)) from None
-        return cls(grid=the_grid, transport=_transport(*_pick("transport", transport, environ)),
-                   min_torus_bytes=_min_bytes(*_pick("min_torus_bytes", min_torus_bytes, environ)),
-                   column_algorithm=_column_algorithm(*_pick("column_algorithm",
-                                                             _column_argument(column_algorithm, column_ring),
-                                                             environ)),
-                   stall_seconds=_stall(*_pick("stall_seconds", stall_seconds, environ)),
-                   cache_dir=_cache_dir(*_pick("cache_dir", cache_dir, environ)))
+        return cls(grid=the_grid, transport=_transport(*pick("transport", transport)),
+                   min_torus_bytes=_min_bytes(*pick("min_torus_bytes", min_torus_bytes)),
+                   column_algorithm=_column_algorithm(*pick("column_algorithm",
+                                                            _column_argument(column_algorithm, column_ring))),
+                   stall_seconds=_stall(*pick("stall_seconds", stall_seconds)),
+                   cache_dir=_cache_dir(*pick("cache_dir", cache_dir)))
 
     def agreement(self) -> dict:
         """The JSON-able dict the ranks compare (:func:`horovod_torus.agreement.agree`); ``cache_dir`` is
@@ -137,16 +146,17 @@ class TorusSettings:
                 "stall_seconds": self.stall_seconds}
 
 
-def _pick(setting: str, argument, environ):
-    """(source, value): the argument when given, else the first set variable, else (setting, None)."""
+def _pick(setting: str, argument, environ, names):
+    """(source, value): the argument (named as ``names`` says, else as the setting) when given, else the
+    first set variable, else (setting, None)."""
     if argument is not None:
-        return setting, argument
+        return names.get(setting, setting), argument
     for name in ENVIRONMENT[setting]:
         text = str(environ.get(name, "")).strip()
         if text:
             if name in DEPRECATED:
                 warnings.warn(f"{name} is deprecated: export {DEPRECATED[name]} instead", DeprecationWarning,
-                              stacklevel=4)
+                              stacklevel=5)
             return name, text
     return setting, None
 
@@ -216,15 +226,18 @@ def _column_algorithm(source, value):
 
 
 def _stall(source, value):
+    """Seconds > 0, or None for never (0 or inf: Horovod takes 0, the MPI transport a blocking wait). NaN is
+    rejected here, where its source is known: it would pass ``< 0`` and then fail the ranks' comparison
+    (NaN != NaN) as a bogus mismatch, and Horovod would get ``int(max(1, nan))`` = 1 s."""
     if value is None:
         return DEFAULT_STALL_SECONDS
     try:
         seconds = float(value)
     except (TypeError, ValueError):
-        seconds = -1.0
-    if seconds < 0 or isinstance(value, bool):
+        seconds = math.nan
+    if not seconds >= 0 or isinstance(value, bool):  # NaN fails every comparison
         raise ValueError(f"{source}={value!r} must be a number of seconds >= 0 (0: wait forever)")
-    return seconds or None
+    return None if seconds in (0.0, math.inf) else seconds
 
 
 def _cache_dir(source, value):

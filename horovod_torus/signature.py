@@ -38,7 +38,7 @@ FIELDS = ("call", "elements", "dtype", "shapes", "op", "prescale", "postscale", 
 _DTYPE_CODES = {"float16": 1, "bfloat16": 2, "float32": 3, "float64": 4, "int8": 5, "uint8": 6, "int16": 7,
                 "uint16": 8, "int32": 9, "uint32": 10, "int64": 11, "uint64": 12, "bool": 13}
 _CODE_DTYPES = {v: k for k, v in _DTYPE_CODES.items()}
-_OPS = {0: "Average", 1: "Sum"}
+_OPS = {0: "Average", 1: "Sum", 2: "Min", 3: "Max", 4: "Product"}
 _ALGORITHMS = {0: "torus", 1: "flat"}
 _OP_CODES = {v: k for k, v in _OPS.items()}
 #: The column algorithm a torus call chose (:mod:`horovod_torus.columns`) -> its code in the algorithm
@@ -146,6 +146,13 @@ def _show(field: str, word: int) -> str:
     return str(word)
 
 
+def _shapes(layout) -> str:
+    """A rank's shapes for a mismatch message: ``[(float32, (3, 4)), ...]``, at most 8 then the count."""
+    layout = list(layout)
+    shown = ", ".join(f"({d}, {tuple(int(x) for x in s)})" for d, s in layout[:8])
+    return f"[{shown}{', ... ' + str(len(layout)) + ' tensors' if len(layout) > 8 else ''}]"
+
+
 def extremes(words: np.ndarray) -> np.ndarray:
     """int64 [2K]: ``words`` then ``-words``. Reduced with MAX over the ranks, the first half is each word's
     maximum and the negated second half its minimum (step 1 of the check)."""
@@ -160,13 +167,16 @@ def disagreeing(reduced: np.ndarray) -> list[int]:
     return [int(i) for i in np.flatnonzero(reduced[0] != -reduced[1])]
 
 
-def compare(gathered: np.ndarray, mine: CallSignature | None = None, what: str = "torus all-reduce") -> None:
+def compare(gathered: np.ndarray, mine: CallSignature | None = None, what: str = "torus all-reduce",
+            layouts=None) -> None:
     """Raise :class:`TorusMismatchError` unless every row of ``gathered`` is equal.
 
     Args:
         gathered: int64 array [N, len(FIELDS)]: row r is rank r's :meth:`CallSignature.words`.
         mine: this rank's signature (its layout is quoted in the message), optional.
         what: the operation named in the message.
+        layouts: None, or every rank's :attr:`CallSignature.layout` in rank order (the MPI transport
+            gathers them on a mismatch): the ``shapes`` line then names each rank's shapes, not their CRCs.
 
     Raises:
         TorusMismatchError: naming each differing field with every rank's value, e.g.
@@ -179,10 +189,19 @@ def compare(gathered: np.ndarray, mine: CallSignature | None = None, what: str =
         return
     lines = []
     for i in differ:
-        values = ", ".join(f"rank {r} {_show(FIELDS[i], int(w))}" for r, w in enumerate(gathered[:, i]))
+        if FIELDS[i] == "shapes" and layouts is not None and len(layouts) == len(gathered):
+            values = ", ".join(f"rank {r} {_shapes(layout)}" for r, layout in enumerate(layouts))
+        else:
+            values = ", ".join(f"rank {r} {_show(FIELDS[i], int(w))}" for r, w in enumerate(gathered[:, i]))
         lines.append(f"  {FIELDS[i]}: {values}")
+    columns = {_CODE_COLUMNS.get(int(w) // COLUMN_SHIFT) for w in gathered[:, _ALGORITHM_WORD]}
     if FIELDS.index("call") in differ:
         hint = "every rank must make the same torus calls in the same order (a rank skipped or added a call)"
+    elif (differ == [_ALGORITHM_WORD] and "hvd.allreduce" in columns
+          and len({int(w) % COLUMN_SHIFT for w in gathered[:, _ALGORITHM_WORD]}) == 1):
+        hint = ("the ranks ran the torus on different transports (a Horovod-ops torus call, column "
+                "hvd.allreduce, against an mpi4py one): give every rank the same strategy (e.g. 'torus:mpi' "
+                "or 'torus:horovod') and the same HOROVOD_TORUS_TRANSPORT")
     elif differ == [_ALGORITHM_WORD] and len({int(w) % COLUMN_SHIFT for w in gathered[:, _ALGORITHM_WORD]}) == 1:
         hint = ("the ranks chose different column algorithms: give every rank the same column_algorithm "
                 "(HOROVOD_TORUS_COLUMN_ALGORITHM) and the same TorusComm column_model")

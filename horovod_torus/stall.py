@@ -43,7 +43,7 @@ import numpy as np
 from horovod_torus.rollcall import ROLL_CALL_LIMIT_SECONDS, ROLL_CALL_SECONDS, Tally
 
 __all__ = ["TorusStallError", "CallClock", "stall_error", "left_error", "note_stop", "last_stop", "ROLL_CALL_SECONDS",
-           "ROLL_CALL_LIMIT_SECONDS", "EXIT_GRACE_SECONDS", "TESTS_PER_CHECK", "exit_check_mpi",
+           "ROLL_CALL_LIMIT_SECONDS", "EXIT_GRACE_SECONDS", "TESTS_PER_CHECK", "exit_check_mpi", "job_ending",
            "left_stall"]
 
 #: Seconds between two looks of a waiting call for roll-call messages (after its first tests).
@@ -230,6 +230,13 @@ class CallClock:
             if tally.final(now):
                 return tally.missing()
             time.sleep(0.01)
+
+
+def job_ending() -> bool:
+    """Whether this process raised a stall (or a rank left a call of it): its torus communicators have
+    requests that never complete, and the job ends with MPI_Abort when the process exits
+    (:func:`_abort_when_peers_exit`). :meth:`horovod_torus.mpi.TorusComm.free` then frees nothing."""
+    return _abort_registered["done"]
 
 
 def _abort_at_exit(alarm, peers: list[int]) -> None:

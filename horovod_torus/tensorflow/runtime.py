@@ -29,6 +29,9 @@ __all__ = ["init", "shutdown", "shutdown_without_wait", "reinit", "current_torus
 
 _current: dict = {"torus": None, "settings": None, "generation": 0}
 
+#: init's argument names that differ from the setting's (TorusSettings.resolve's messages name the argument).
+_ARGUMENT_NAMES = {"stall_seconds": "stall_shutdown_seconds"}
+
 
 def init(comm=None, process_sets=None, *, grid=None, transport=None, min_torus_bytes=None, column_algorithm=None,
          stall_shutdown_seconds=None, backend=None, column_ring=None, cache_dir=None, **kwargs) -> TorusAllreduce:
@@ -66,8 +69,9 @@ def init(comm=None, process_sets=None, *, grid=None, transport=None, min_torus_b
             model by the shard's bytes and the column length). No effect on the ``horovod`` transport.
         stall_shutdown_seconds: seconds a collective may wait for the other ranks before Horovod shuts
             down (raising on every rank) and the MPI transport aborts the job; None:
-            ``HOROVOD_STALL_SHUTDOWN_TIME_SECONDS``, else 300; 0: never (Horovod's own default). Exported
-            to Horovod as ``HOROVOD_STALL_SHUTDOWN_TIME_SECONDS``, the only way Horovod reads it.
+            ``HOROVOD_STALL_SHUTDOWN_TIME_SECONDS``, else 300; 0 or inf: never (Horovod's own default);
+            NaN or negative: ValueError. Exported to Horovod as ``HOROVOD_STALL_SHUTDOWN_TIME_SECONDS``
+            (0 for never), the only way Horovod reads it.
         backend: deprecated alias of ``transport`` (DeprecationWarning).
         column_ring: deprecated alias of ``column_algorithm`` (DeprecationWarning): True ``"ring"``,
             False ``"mpi"``.
@@ -79,9 +83,10 @@ def init(comm=None, process_sets=None, *, grid=None, transport=None, min_torus_b
         The process's :class:`TorusAllreduce` (the same object for a repeated call with equal settings).
 
     Raises:
-        ValueError: a malformed setting, X*Y != world size, an unknown transport, bad process sets, or a
-            second init with another grid or transport (naming both). Raised on every rank before Horovod
-            starts.
+        ValueError: a malformed setting, X*Y != world size, an unknown transport, bad process sets (raised
+            on every rank before Horovod starts), or a second init given another grid, transport,
+            min_torus_bytes, column algorithm or stall deadline than the running ones (naming both; on the
+            calling rank; the other arguments are not compared).
         horovod_torus.agreement.SettingsMismatchError (a ValueError): the ranks differ in a setting, the
             world size or the process sets (e.g. an environment variable exported to some ranks only);
             raised on every rank, naming each rank's value.
@@ -112,7 +117,7 @@ def init(comm=None, process_sets=None, *, grid=None, transport=None, min_torus_b
         settings = TorusSettings.resolve(size=size, local_size=local_size, grid=grid, transport=transport,
                                          min_torus_bytes=min_torus_bytes, column_algorithm=column_algorithm,
                                          stall_seconds=stall_shutdown_seconds, column_ring=column_ring,
-                                         cache_dir=cache_dir)
+                                         cache_dir=cache_dir, names=_ARGUMENT_NAMES)
         user_sets = _check_process_sets(process_sets, size)
         return (settings, user_sets), {**settings.agreement(), "size": size,
                                        "process_sets": [list(s.ranks) for s in user_sets],
@@ -161,8 +166,8 @@ def _init_elastic(comm, process_sets, kwargs, *, grid, transport, min_torus_byte
                          "--host-discovery-script) runs on Horovod's global set only (Horovod 0.28.1 aborts a "
                          "surviving rank that has process sets when another rank dies): leave both unset")
     # Horovod reads its stall deadline at init, from the environment: resolve that setting alone first
-    _export_stall_to_horovod(TorusSettings.resolve(size=1, stall_seconds=stall_seconds,
-                                                   fields=("stall_seconds",)).stall_seconds)
+    _export_stall_to_horovod(TorusSettings.resolve(size=1, stall_seconds=stall_seconds, fields=("stall_seconds",),
+                                                   names=_ARGUMENT_NAMES).stall_seconds)
     _current["elastic_arguments"] = dict(grid=grid, transport=transport, min_torus_bytes=min_torus_bytes,
                                          column_algorithm=column_algorithm, column_ring=column_ring,
                                          stall_shutdown_seconds=stall_seconds, cache_dir=cache_dir, **kwargs)
@@ -175,7 +180,7 @@ def _init_elastic(comm, process_sets, kwargs, *, grid, transport, min_torus_byte
             settings = TorusSettings.resolve(size=size, local_size=local_size, grid=the_grid,
                                              transport=transport, min_torus_bytes=min_torus_bytes,
                                              column_algorithm=column_algorithm, column_ring=column_ring,
-                                             stall_seconds=stall_seconds, cache_dir=cache_dir)
+                                             stall_seconds=stall_seconds, cache_dir=cache_dir, names=_ARGUMENT_NAMES)
         except ValueError as exc:
             raise ValueError(f"{exc} (an elastic job's world is now {size} ranks: give a grid rule, "
                              f"grid=lambda size, local_size: ..., or leave the grid unset for the default)") from None
@@ -257,7 +262,8 @@ def _transport_argument(transport, backend):
 
 
 def _export_stall_to_horovod(seconds: float | None) -> None:
-    """Horovod reads its stall settings only from the environment: give it the resolved deadline."""
+    """Horovod reads its stall settings only from the environment: give it the resolved deadline (None:
+    never, ``0``; TorusSettings turns 0 and inf into None, and rejects NaN)."""
     os.environ["HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"] = str(int(max(1, seconds))) if seconds else "0"
     if seconds:
         os.environ.setdefault("HOROVOD_STALL_CHECK_TIME_SECONDS", str(int(max(1, min(60.0, seconds)))))
@@ -272,15 +278,15 @@ def _same_as_running(**arguments):
     given = {k: v for k, v in arguments.items() if v is not None}
     if not given:
         return current
-    wanted = TorusSettings.resolve(size=current.grid.size, environ={}, **given)
+    wanted = TorusSettings.resolve(size=current.grid.size, environ={}, names=_ARGUMENT_NAMES, **given)
     running = dataclasses.replace(_current["settings"], transport=current.transport)
-    names = {"stall_seconds": "stall_shutdown_seconds"}
+    names = _ARGUMENT_NAMES
     for field in dict.fromkeys("column_algorithm" if f == "column_ring" else f for f in given):
         mine, theirs = getattr(wanted, field), getattr(running, field)
         if mine != theirs and not (field == "transport" and mine == "auto"):
             arg = names.get(field, field)
             running_with = "" if field == "grid" else f" with {arg}={theirs!r}"
-            shown = mine if field == "grid" else repr(mine)
+            shown = mine if field == "grid" else repr(given.get(field, mine))  # as given: inf, not None
             raise ValueError(f"init({arg}={shown}): horovod_torus already runs on grid {current.grid}{running_with}; "
                              f"call shutdown() first to change it")
     return current

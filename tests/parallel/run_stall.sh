@@ -16,7 +16,10 @@
 #  8. mpirun, numpy API, column_algorithm="tree": rank 3 stops inside the column phase (after the call's
 #     check); ranks 0-2, blocked in the tree's point-to-point steps, must raise TorusStallError naming rank 3;
 #  9. as 2 with every call below the crossover: the mpi transport's flat calls (checked on its communicator,
-#     their data through Horovod's own all-reduce) must stall the same way.
+#     their data through Horovod's own all-reduce) must stall the same way;
+# 10. mpirun, numpy API in a `with TorusComm.create(...)` block: rank 3 leaves its block after 2 calls; ranks
+#     0-2 must raise at once naming rank 3, catch it and end their blocks normally, and the job must still end
+#     with MPI_Abort (rank 3's block raises too).
 # Every launcher must exit non-zero. Per-rank results come from STALL_DIR/rank<R>.txt (the launcher's output
 # interleaves), checked against the expected count. Prints "stall: N passed".
 set -uo pipefail
@@ -72,5 +75,7 @@ run_case mpirun tests/parallel/test_stall_column.py "^COLUMN STALL OK rank [012]
   "^COLUMN CLEANUP rank [012]" 3 "MPI_Abort" 1
 run_case mpirun tests/parallel/test_stall_keras.py "^KERAS STALL OK rank [123]" 3 "^FINALLY rank [0123]" 4 "MPI_Abort" 1 \
   HOROVOD_TORUS_MIN_BYTES=1000000000000
+run_case mpirun tests/parallel/test_stall_with.py "^WITH STALL OK rank [012] call 3 missing \[3\]" 3 "^WITH (LEFT rank 3|END rank [012])" 4 \
+  "MPI_Abort" 1
 echo "stall: $passed passed, $((cases - passed)) failed"
 [ "$passed" -eq "$cases" ]

@@ -192,6 +192,42 @@ def test_column_algorithm_setting_must_agree_and_be_valid(monkeypatch):
         monkeypatch.setenv("HOROVOD_TORUS_COLUMN_RING", "maybe")
     else:
         monkeypatch.setenv("HOROVOD_TORUS_COLUMN_RING", "auto")
-    with pytest.raises(ValueError, match=r"error: .*rank 1 \"ValueError: HOROVOD_TORUS_COLUMN_RING='maybe'"):
+    with pytest.raises(ValueError, match=r"(?s)TorusComm.create: .*rank\(s\) \[1\] rejected theirs.*"
+                                         r"  rank 1: ValueError: HOROVOD_TORUS_COLUMN_RING='maybe'"):
         TorusComm.create(COMM)
     COMM.Barrier()  # every rank raised before any torus communicator was made
+
+
+@pytest.mark.parametrize("comm", [None, 3, "COMM_WORLD"])
+def test_a_comm_that_is_not_a_communicator_is_a_type_error_naming_it(comm):
+    with pytest.raises(TypeError, match=r"comm=.*pass a TorusComm"):
+        torus_allreduce(comm, np.ones(3))
+    with pytest.raises(TypeError, match=r"comm=.*pass a TorusComm"):
+        TorusComm.create(comm)
+
+
+def test_an_unsupported_mpi_op_is_named():
+    with pytest.raises(ValueError, match=r"op=MPI\.LAND is not supported.*MPI\.SUM"):
+        torus_allreduce(COMM, np.ones(3), op=MPI.LAND)
+
+
+def test_a_freed_torus_comm_says_so_and_free_is_idempotent():
+    size = COMM.Get_size()
+    with TorusComm.create(COMM, cache_dir="off", min_torus_bytes=0) as tc:
+        got = torus_allreduce(tc, np.arange(4.0) + COMM.Get_rank())
+        np.testing.assert_array_equal(got, size * np.arange(4.0) + sum(range(size)))
+    assert tc.freed
+    tc.free()  # a second free does nothing
+    with pytest.raises(ValueError, match=r"this TorusComm was freed .*TorusComm\.create"):
+        torus_allreduce(tc, np.ones(3))
+    COMM.Barrier()
+
+
+def test_a_shape_mismatch_names_each_ranks_shapes_and_the_op_mismatch_its_names():
+    rank = COMM.Get_rank()
+    with TorusComm.create(COMM, cache_dir="off", min_torus_bytes=0) as tc:
+        with pytest.raises(ValueError, match=r"shapes: rank 0 \[\(float32, \(3, 2\)\)\], rank 1 \[\(float32, \(2, 3\)\)\]"):
+            torus_allreduce(tc, np.ones((3, 2) if rank == 0 else (2, 3), np.float32))
+        with pytest.raises(ValueError, match=r"op: rank 0 Max, rank 1 Sum"):
+            torus_allreduce(tc, np.ones(4, np.float32), op=MPI.MAX if rank == 0 else MPI.SUM)
+        np.testing.assert_array_equal(torus_allreduce(tc, np.ones(2, np.float32)), np.full(2, COMM.Get_size()))

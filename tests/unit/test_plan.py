@@ -27,11 +27,13 @@ def test_cluster_file_and_overrides(tmp_path):
 def test_prints_prediction_and_recommended_grid(tmp_path, capsys):
     out = tmp_path / "plan.json"
     rc = main(["--nodes", "3", "--ranks-per-node", "4", "--intra-latency-us", "1", "--intra-bandwidth-gbps",
-               "10", "--inter-latency-us", "10", "--inter-bandwidth-gbps", "1", "--bytes", "8M", "--json", str(out)])
+               "10", "--inter-latency-us", "10", "--inter-bandwidth-gbps", "1", "--bytes", "8M", "--json", str(out),
+               "--transport", "library"])
     text = capsys.readouterr().out
     assert rc == 0
-    assert "torus 4x3 (best grid)" in text and "recommended: torus on grid 4x3" in text
+    assert "torus 4x3 (best grid)" in text and "recommended: torus on grid 4x3 (ring column)" in text
     doc = json.loads(out.read_text())
+    assert doc["predictions"][0]["recommended"] == "torus" and doc["predictions"][0]["recommended_grid"] == "4x3"
     c = Cluster(nodes=3, ranks_per_node=4, intra=Link(1e-6, 1e10), inter=Link(1e-5, 1e9))
     assert doc["predictions"][0]["times_s"]["torus"] == pytest.approx(cluster_torus_time(c, "4x3", 8 * 2 ** 20))
 
@@ -52,15 +54,41 @@ def test_calibrate_from_benchmark_json(tmp_path, capsys):
 
 def test_print_grid_prints_only_the_choice(capsys):
     from horovod_torus.costmodel import PRESETS, predict
-    assert main(["--preset", "abci", "--nodes", "544", "--print-grid"]) == 0
-    out = capsys.readouterr().out
-    pred = predict(dataclasses_replace(PRESETS["abci"], nodes=544), RESNET50_BYTES[0])
-    assert out == f"{pred.best_grid}\n" and pred.times["torus"] <= pred.times["ring"]
-    assert out == "64x34\n"                          # the README table's best grid for 544 nodes
-    # 8 ABCI nodes: the model's best grid is 1x32, a flat ring: the job runs Horovod's ring
+    # 8 ABCI nodes: the alpha-beta model's best grid is 1x32, a flat ring: the job runs Horovod's ring
     assert predict(dataclasses_replace(PRESETS["abci"], nodes=8), RESNET50_BYTES[0]).best_grid.x == 1
     assert main(["--preset", "abci", "--nodes", "8", "--print-grid"]) == 0
     assert capsys.readouterr().out == "ring\n"
+    # a torus first in the ranking: its grid
+    small = ["--nodes", "3", "--ranks-per-node", "4", "--intra-latency-us", "1", "--intra-bandwidth-gbps", "10",
+             "--inter-latency-us", "10", "--inter-bandwidth-gbps", "1", "--bytes", "8M", "--transport", "library"]
+    assert main(small + ["--print-grid"]) == 0
+    assert capsys.readouterr().out == "4x3\n"
+
+
+def test_recommendation_and_print_grid_follow_the_ranking(capsys):
+    """The user's report: 544 ABCI nodes printed "recommended: torus on grid 64x34" and --print-grid 64x34
+    while the ranking of the same output put the double binary tree first and the best torus 1.50x slower.
+    The recommendation is the ranking's first (per-call cost included); --print-grid prints ring for a flat
+    one (docs/guide/clusters.md)."""
+    from horovod_torus.costmodel import PRESETS
+    abci = dataclasses_replace(PRESETS["abci"], nodes=544)
+    for n in RESNET50_BYTES:
+        assert rank_algorithms(abci, n, "horovod")[0].algorithm == "tree"
+    assert main(["--preset", "abci", "--nodes", "544"]) == 0
+    text = capsys.readouterr().out
+    assert "recommended: torus" not in text
+    assert text.count("recommended: double binary tree (Horovod's own all-reduce)") == 2
+    assert "    1     double binary tree " in text
+    assert main(["--preset", "abci", "--nodes", "544", "--print-grid"]) == 0
+    assert capsys.readouterr().out == "ring\n"
+    # every first entry of a ranking gives the same choice in words and for job scripts
+    from horovod_torus.plan import grid_choice, recommendation
+    for cluster in (abci, dataclasses_replace(PRESETS["abci"], nodes=3)):
+        for transport in ("horovod", "library"):
+            ranked = rank_algorithms(cluster, 8 * 2 ** 20, transport)
+            choice, words = grid_choice(ranked), recommendation(ranked)
+            assert (choice == "ring") == (ranked[0].grid is None)
+            assert words.startswith(f"torus on grid {choice} (") if choice != "ring" else "Horovod's own" in words
 
 
 def dataclasses_replace(obj, **changes):

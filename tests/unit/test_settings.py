@@ -82,8 +82,9 @@ def test_column_ring_and_column_algorithm_arguments_must_not_disagree():
 
 
 def test_fields_limit_the_variables_read():
-    """The numpy API reads grid, column_algorithm and stall_seconds only: a bad transport variable is not its
-    business."""
+    """A caller that uses some settings only (the training app's early grid check, the calibration CLI's
+    cache directory) reads only their variables: a bad transport variable is not its business. (The numpy
+    API resolves every setting, as init does: tests/unit/test_settings_checks.py.)"""
     env = {"HOROVOD_TORUS_TRANSPORT": "nccl", "HOROVOD_TORUS_MIN_BYTES": "lots", "HOROVOD_TORUS_GRID": "1x4",
            "HOROVOD_TORUS_COLUMN_ALGORITHM": "mpi"}
     s = resolve(env, fields=("grid", "column_algorithm", "stall_seconds"))

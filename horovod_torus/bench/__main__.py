@@ -14,7 +14,7 @@ import argparse
 import sys
 
 from horovod_torus.bench.allreduce import BenchConfig, run_strategy
-from horovod_torus.bench.reducers import DEFAULT_STRATEGIES, is_mpi, known_strategies
+from horovod_torus.bench.reducers import DEFAULT_STRATEGIES, is_mpi, known_strategies, mpi_supports
 from horovod_torus.strategies.registry import import_strategy_modules
 from horovod_torus.atomic import write_json_atomic
 from horovod_torus.bench.report import (
@@ -121,7 +121,7 @@ def main(argv=None) -> int:
             skipped[s] = ("not launched by MPI (horovodrun --gloo): MPI strategies need mpirun or "
                           "horovodrun --mpi")
     if config.dtype in ("float16", "bfloat16"):
-        for s in [s for s in strategies if is_mpi(s) and s not in skipped]:
+        for s in [s for s in strategies if is_mpi(s) and s not in skipped and not mpi_supports(s, config.dtype)]:
             skipped[s] = f"MPI has no {config.dtype} datatype"
     for flat in ("horovod", "ring"):
         if config.dtype == "bfloat16" and flat in strategies:

@@ -20,7 +20,7 @@ import dataclasses
 import numpy as np
 
 from horovod_torus.bench.report import DTYPES, Row
-from horovod_torus.bench.reducers import check_names, is_mpi, mpi_reduce_fn, tf_reduce_fn
+from horovod_torus.bench.reducers import check_names, is_mpi, mpi_reduce_fn, mpi_supports, tf_reduce_fn
 from horovod_torus.timing import time_loop
 
 __all__ = ["BenchConfig", "MAX_ITERS", "row_iters", "rank_input", "expected_sum", "count_wrong", "run_strategy", "algorithm_of", "column_of"]
@@ -208,7 +208,7 @@ def run_strategy(strategy: str, config: BenchConfig, control, *, comm=None, on_r
     """
     nranks, rank = control.size, control.rank
     is_tf = not is_mpi(strategy)
-    if not is_tf and config.dtype in ("float16", "bfloat16"):
+    if not is_tf and not mpi_supports(strategy, config.dtype):
         raise ValueError(f"strategy {strategy} has no MPI datatype for {config.dtype}")
     reduce = tf_reduce_fn(strategy) if is_tf else mpi_reduce_fn(strategy, comm, config.grid)
     barrier = control.barrier if is_tf else comm.Barrier

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from horovod_torus.strategies.registry import available_strategies, check_strategy, get_strategy
 
-__all__ = ["DEFAULT_STRATEGIES", "MPI_STRATEGIES", "is_mpi", "known_strategies", "check_names", "tf_reduce_fn",
+__all__ = ["DEFAULT_STRATEGIES", "MPI_STRATEGIES", "is_mpi", "mpi_supports", "known_strategies", "check_names", "tf_reduce_fn",
            "mpi_reduce_fn"]
 
 MPI_STRATEGIES = ("mpi-torus", "mpi")
@@ -27,6 +27,12 @@ DEFAULT_STRATEGIES = ("torus", "horovod", "mpi-torus", "mpi")
 def is_mpi(name: str) -> bool:
     """True for the numpy/mpi4py strategies (run before Horovod starts)."""
     return name in MPI_STRATEGIES
+
+
+def mpi_supports(name: str, dtype: str) -> bool:
+    """Whether MPI strategy ``name`` reduces ``dtype`` (a numpy dtype name): MPI has no float16 or bfloat16
+    datatype, but ``mpi-torus`` sums float16 (numpy arithmetic, :func:`horovod_torus.mpi.torus_allreduce`)."""
+    return dtype not in ("float16", "bfloat16") or (name == "mpi-torus" and dtype == "float16")
 
 
 def known_strategies() -> tuple:

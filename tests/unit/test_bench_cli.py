@@ -59,3 +59,11 @@ def test_gloo_launch_skips_mpi_strategies(monkeypatch, capsys):
     assert main(["--strategies", "mpi", "mpi-torus"]) == 2
     err = capsys.readouterr().err
     assert "nothing to run" in err and "horovodrun --gloo" in err
+
+
+def test_mpi_torus_runs_float16_where_mpi_has_no_datatype():
+    from horovod_torus.bench.reducers import MPI_STRATEGIES, mpi_supports
+
+    assert mpi_supports("mpi-torus", "float16") and not mpi_supports("mpi", "float16")
+    assert not any(mpi_supports(s, "bfloat16") for s in MPI_STRATEGIES)
+    assert all(mpi_supports(s, d) for s in MPI_STRATEGIES for d in ("float32", "float64", "int32", "int64"))

@@ -120,21 +120,31 @@ class CheckpointStore:
             shutil.rmtree(self.path(old_epoch), ignore_errors=True)
         return final
 
-    def restore(self, epoch: int, model, optimizer) -> dict:
-        """Load checkpoint ``epoch`` into ``model`` and ``optimizer`` (built here if needed); returns its
-        ``state`` dict. Raises CheckpointError naming the folder, what is wrong, and the fix."""
+    def _fix(self, epoch: int) -> str:
+        path, others = self.path(epoch), [e for e in self.epochs() if e != epoch]
+        return (f"delete {path} to resume from {self.path(others[-1])}" if others else
+                f"delete {path} (or start without --resume)")
+
+    def verify(self, epoch: int) -> dict:
+        """Checkpoint ``epoch``'s ``state.json`` (dict), after checking every file against its SHA-256 there
+        (no model needed: the app checks the checkpoint it will resume from before training starts).
+        Raises CheckpointError naming the folder, what is wrong, and the fix."""
         path = self.path(epoch)
-        others = [e for e in self.epochs() if e != epoch]
-        fix = (f"delete {path} to resume from {self.path(others[-1])}" if others else
-               f"delete {path} (or start without --resume)")
         try:
             with open(os.path.join(path, "state.json")) as fh:
                 meta = json.load(fh)
             for name, digest in meta["sha256"].items():
                 if _sha256(os.path.join(path, name)) != digest:
                     raise CheckpointError(f"{name} does not match its SHA-256 in state.json")
-        except (OSError, ValueError, KeyError, CheckpointError) as err:
-            raise CheckpointError(f"checkpoint {path} is damaged ({err}); {fix}") from err
+        except (OSError, ValueError, KeyError, TypeError, CheckpointError) as err:
+            raise CheckpointError(f"checkpoint {path} is damaged ({err}); {self._fix(epoch)}") from err
+        return meta
+
+    def restore(self, epoch: int, model, optimizer) -> dict:
+        """Load checkpoint ``epoch`` into ``model`` and ``optimizer`` (built here if needed); returns its
+        ``state`` dict. Raises CheckpointError naming the folder, what is wrong, and the fix."""
+        path, fix = self.path(epoch), self._fix(epoch)
+        meta = self.verify(epoch)
         try:
             if not optimizer.built:         # first: Keras loads an optimizer's part of the h5 only if built
                 optimizer.build(model.trainable_variables)

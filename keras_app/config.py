@@ -152,6 +152,11 @@ class AppConfig:
             raise ValueError(f"pipeline_threads={self.data.pipeline_threads} must be >= 0 (0 = tf.data AUTOTUNE)")
         if self.train.epochs < 1:
             raise ValueError(f"epochs={self.train.epochs} must be >= 1")
+        for name in ("train_examples", "val_examples"):
+            if getattr(self.data, name) < 0:
+                raise ValueError(f"{name}={getattr(self.data, name)} must be >= 0 (0: the whole split)")
+        if not self.optim.warmup_epochs >= 0:   # NaN too
+            raise ValueError(f"warmup_epochs={self.optim.warmup_epochs} must be >= 0 (0: no warm-up)")
         mtb = self.train.min_torus_bytes.strip().lower()
         if mtb not in ("", "auto") and not mtb.isdigit():
             raise ValueError(f"min_torus_bytes={self.train.min_torus_bytes!r}: give a number of bytes >= 0 "

@@ -195,7 +195,7 @@ def configure(argv: list[str] | None, size: int, local_size: int | None = None) 
 
         cfg.validate(None)
         check_elastic_config(cfg)
-        return cfg, notes
+        return cfg, check_run_inputs(cfg)
     if "train.batch_schedule" not in explicit:
         rounded = round_batch_schedule(cfg.train.batch_schedule, size)
         if rounded != cfg.train.batch_schedule:
@@ -205,7 +205,64 @@ def configure(argv: list[str] | None, size: int, local_size: int | None = None) 
     cfg.validate(size)
     if not cfg.train.grid:
         TorusSettings.resolve(size=size, local_size=local_size, fields=("grid",))
+    notes += check_run_inputs(cfg)
     return cfg, notes
+
+
+def check_run_inputs(cfg: AppConfig) -> list[str]:
+    """What :func:`train` would otherwise find only once Horovod runs (where an error on rank 0 alone leaves
+    the others waiting in the first broadcast): checked on every rank from the same files, so every rank
+    gets the same verdict before any collective. Returns notes to print (a warm-up longer than the run, a
+    batch-schedule step the run never reaches).
+
+    Raises:
+        ValueError: ``output_dir`` (or a folder above it) is a file, or not writable; the dataset is missing
+            (the path and the apt package or layout); an epoch shorter than a global batch of the
+            schedule; with ``resume``, a damaged newest checkpoint (its path and the one to resume from).
+    """
+    from keras_app import data
+    from keras_app.checkpoint import CheckpointError, CheckpointStore
+    from keras_app.schedules import batch_stages, parse_batch_schedule, steps_per_epoch
+
+    _check_output_dir(cfg.train.output_dir)
+    try:
+        if cfg.data.dataset == "fashion_mnist" or cfg.data.train_examples:   # cheap to count
+            n_train = data.num_examples(cfg.data, train=True)
+            for stage in batch_stages(parse_batch_schedule(cfg.train.batch_schedule), cfg.train.epochs):
+                steps_per_epoch(n_train, stage.global_batch)
+        elif cfg.data.dataset != "imagenet_tfds":   # counting TFRecords reads them all: check they exist
+            data._tfrecord_files(cfg.data, train=True)
+    except FileNotFoundError as exc:
+        raise ValueError(str(exc)) from None
+    if cfg.train.resume:
+        store = CheckpointStore(os.path.join(cfg.train.output_dir, "checkpoints"))
+        if store.epochs():
+            try:
+                store.verify(store.epochs()[-1])
+            except CheckpointError as exc:
+                raise ValueError(str(exc)) from None
+    notes = []
+    if cfg.optim.warmup_epochs > cfg.train.epochs:
+        notes.append(f"keras_app: note: warmup_epochs={cfg.optim.warmup_epochs:g} is longer than the run "
+                     f"({cfg.train.epochs} epochs): the learning rate does not reach its peak")
+    late = [e for e, _ in parse_batch_schedule(cfg.train.batch_schedule) if e >= cfg.train.epochs]
+    if late:
+        notes.append(f"keras_app: note: batch schedule {cfg.train.batch_schedule!r} changes the batch at "
+                     f"epoch(s) {late}, which this run of {cfg.train.epochs} epochs does not reach")
+    return notes
+
+
+def _check_output_dir(out: str) -> None:
+    """Raise ValueError when ``out`` cannot be made or written: it, or the nearest existing folder above
+    it, is a file or not writable."""
+    path = os.path.abspath(out)
+    while not os.path.exists(path):
+        path = os.path.dirname(path)
+    if not os.path.isdir(path):
+        what = "is a file" if path == os.path.abspath(out) else f"cannot be made: {path} is a file"
+        raise ValueError(f"--output-dir {out!r} {what}: pass a folder path (it is made if missing)")
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ValueError(f"--output-dir {out!r}: {path} is not writable by this user: pass a writable folder")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,6 +22,8 @@ fi
 NPERNODE=${NPERNODE:-8}
 NODES=$(sort -u "$PBS_NODEFILE" | wc -l)
 HOSTFILE=${TMPDIR:-/tmp}/hosts.${PBS_JOBID:-$$}
+# the job's hostfile, made here, is removed at exit; a dry run keeps it (its printed mpirun line names it)
+[ "${DRY_RUN:-0}" = 1 ] || trap 'rm -f "$HOSTFILE"' EXIT
 sort -u "$PBS_NODEFILE" | sed "s/$/ slots=$NPERNODE/" > "$HOSTFILE"
 LOCAL_DIR=${PBS_LOCALDIR:-}
 PLAN_PRESET=abci3

@@ -17,6 +17,8 @@ fi
 NPERNODE=${NPERNODE:-4}
 NODES=$(sort -u "$SGE_JOB_HOSTLIST" | wc -l)
 HOSTFILE=${TMPDIR:-/tmp}/hosts.${JOB_ID:-$$}
+# the job's hostfile, made here, is removed at exit; a dry run keeps it (its printed mpirun line names it)
+[ "${DRY_RUN:-0}" = 1 ] || trap 'rm -f "$HOSTFILE"' EXIT
 sort -u "$SGE_JOB_HOSTLIST" | sed "s/$/ slots=$NPERNODE/" > "$HOSTFILE"
 LOCAL_DIR=${SGE_LOCALDIR:-}
 PLAN_PRESET=abci

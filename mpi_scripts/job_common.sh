@@ -40,7 +40,7 @@ if [ "$choice" != ring ]; then
     exit 2
   fi
 fi
-if [ "$choice" = ring ]; then topology=(--strategy ring); else topology=(--strategy torus --grid "$choice"); fi
+if [ "$choice" = ring ]; then topology=(--strategy horovod); else topology=(--strategy torus --grid "$choice"); fi
 
 data_dir=$IMAGENET_DIR
 if [ "${STAGE:-1}" = 1 ] && [ -n "${LOCAL_DIR:-}" ]; then

@@ -53,7 +53,7 @@ def _nodefile(tmp_path, hosts, repeat):
 def _check_train(cmd, np_, grid, data_dir, out_dir):
     assert cmd[cmd.index("-m") + 1] == "keras_app.train" and _flag(cmd, "-np") == str(np_)
     if grid == "ring":
-        assert _flag(cmd, "--strategy") == "ring" and "--grid" not in cmd
+        assert _flag(cmd, "--strategy") == "horovod" and "--grid" not in cmd
     else:
         assert _flag(cmd, "--strategy") == "torus" and _flag(cmd, "--grid") == grid
     assert _flag(cmd, "--data-dir") == data_dir and _flag(cmd, "--output-dir") == out_dir

@@ -175,3 +175,50 @@ def test_expect_states_the_top1_and_the_time_against_the_thresholds(tmp_path, ca
     assert capsys.readouterr().out.splitlines()[-1] == "run: val top-1 0.3000 below 0.50 expected (chance 0.10): FAILED; 50 s wall"
     assert main([str(tmp_path / "missing.json"), "--min-top1", "0.5"]) == 2
     assert "did the run finish?" in capsys.readouterr().err
+
+
+def _cli(tmp_path, *extra):
+    return ["--preset", "fashion_mnist_smoke", "--arch", "tiny", "--epochs", "1", "--batch-schedule", "0:64",
+            "--output-dir", str(tmp_path / "out"), *extra]
+
+
+def test_inputs_train_would_meet_late_are_configuration_errors(monkeypatch, tmp_path):
+    """Found before Horovod starts, on every rank alike (rank 0 failing alone in train() left the others in
+    the first broadcast)."""
+    monkeypatch.delenv("HOROVOD_TORUS_GRID", raising=False)
+    (tmp_path / "afile").write_text("x")
+    cases = [(("--output-dir", str(tmp_path / "afile")), r"--output-dir '.*afile' is a file: pass a folder"),
+             (("--output-dir", str(tmp_path / "afile" / "sub")), r"cannot be made: .*afile is a file"),
+             (("--data-dir", str(tmp_path / "none")), r"Fashion-MNIST file .* not found in .*apt-get install "
+                                                      r"dataset-fashion-mnist"),
+             (("--train-examples", "-5"), r"train_examples=-5 must be >= 0"),
+             (("--warmup-epochs", "-1"), r"warmup_epochs=-1.0 must be >= 0"),
+             (("--batch-schedule", "0:4096", "--train-examples", "1024"),
+              r"an epoch of 1024 examples is smaller than the global batch 4096")]
+    for extra, match in cases:
+        with pytest.raises(ValueError, match=match):
+            train.configure(_cli(tmp_path, *extra), 2)
+
+
+def test_a_damaged_checkpoint_to_resume_from_is_a_configuration_error(monkeypatch, tmp_path):
+    monkeypatch.delenv("HOROVOD_TORUS_GRID", raising=False)
+    ckpt = tmp_path / "out" / "checkpoints" / "ckpt-0001"
+    ckpt.mkdir(parents=True)
+    (ckpt / "model.weights.h5").write_bytes(b"truncated")
+    (ckpt / "state.json").write_text(json.dumps({"epoch": 1, "state": {}, "sha256": {"model.weights.h5": "0" * 64}}))
+    with pytest.raises(ValueError, match=r"checkpoint .*ckpt-0001 is damaged \(model.weights.h5 does not match its "
+                                         r"SHA-256 in state.json\); delete .*ckpt-0001 \(or start without --resume\)"):
+        train.configure(_cli(tmp_path, "--resume", "true"), 2)
+    (ckpt / "state.json").write_text("{trunc")
+    with pytest.raises(ValueError, match=r"ckpt-0001 is damaged"):
+        train.configure(_cli(tmp_path, "--resume", "true"), 2)
+    assert train.configure(_cli(tmp_path), 2)[1] == []   # without --resume the old checkpoint is not read
+
+
+def test_a_warm_up_longer_than_the_run_and_an_unreached_batch_step_are_noted(monkeypatch, tmp_path):
+    monkeypatch.delenv("HOROVOD_TORUS_GRID", raising=False)
+    notes = train.configure(_cli(tmp_path, "--warmup-epochs", "5", "--batch-schedule", "0:64,5:128"), 2)[1]
+    assert notes == ["keras_app: note: warmup_epochs=5 is longer than the run (1 epochs): the learning rate does "
+                     "not reach its peak",
+                     "keras_app: note: batch schedule '0:64,5:128' changes the batch at epoch(s) [5], which this "
+                     "run of 1 epochs does not reach"]

@@ -62,7 +62,7 @@ $(STAMPS)/horovod: $(STAMPS)/venv
 	  $(HVD_FLAGS) $(PIP) install -q --no-build-isolation --no-cache-dir horovod==0.28.1; fi
 	@touch $@
 
-$(STAMPS)/project: setup.py $(wildcard */__init__.py) $(STAMPS)/venv
+$(STAMPS)/project: setup.py horovod_torus/_native.c $(wildcard */__init__.py) $(STAMPS)/venv
 	$(PIP) install -q --no-deps --no-build-isolation -e .
 	@touch $@
 

@@ -31,7 +31,9 @@ A call of the ``"flat"`` algorithm is one ``MPI_Allreduce`` on the whole duplica
 API takes it for buffers below :attr:`TorusComm.min_torus_bytes`: the ``min_torus_bytes`` setting, by
 default ``"auto"``, which :meth:`TorusComm.create` resolves through :mod:`horovod_torus.crossover` (the cache
 file, else a calibration of a few seconds), so a small all-reduce costs the one signature check and one
-``MPI_Allreduce``.
+``MPI_Allreduce``. Below :data:`FLAT_NONBLOCKING_MIN_BYTES` both are made from one call of the C extension
+``horovod_torus._native`` (``horovod_torus/_native.c``, built by ``setup.py`` with ``mpicc``; the same MPI calls,
+no Python between them; :attr:`TorusComm.native` None: from Python, as when the extension is not built).
 
 Example (``mpirun -np 4 python -c ...``)::
 
@@ -64,6 +66,11 @@ from horovod_torus.settings import TorusSettings
 from horovod_torus.signature import EXIT_SIGNATURE, CallSignature, TorusMismatchError, compare, extremes, leaving
 from horovod_torus.stall import TESTS_PER_CHECK, CallClock, TorusStallError, job_ending, left_stall
 from horovod_torus.topology import TorusTopology
+
+try:  # built by setup.py against the MPI of mpicc (optional: without it the same calls run from Python)
+    from horovod_torus import _native
+except ImportError:  # pragma: no cover - depends on the build
+    _native = None
 
 __all__ = ["TorusComm", "torus_allreduce", "ring_reduce_scatter", "ring_allgather", "comm_world",
            "RING_MIN_BYTES", "TorusMismatchError", "TorusStallError", "ColumnModel"]
@@ -144,7 +151,10 @@ class TorusComm:
         self.crossover_source = "setting"
         self._signatures: dict = {}  # (shape, dtype, op, algorithm) -> CallSignature of the numpy API
         self._checks: dict = {}  # id(signature) -> (signature, column, check send vector, receive vector)
+        self._sites: dict = {}  # (shape, dtype, id(op)) -> _Site of the numpy API's flat calls
         self.freed = False  # free() was called (or the with block ended): no call may use it again
+        self.native = _native  # the C check (horovod_torus._native), None: the same MPI calls from Python
+        self._fcomm = comm.py2f()
 
     @classmethod
     def create(cls, comm: MPI.Comm, grid: TorusTopology | str | None = None, *, column_algorithm=None,
@@ -268,7 +278,7 @@ class TorusComm:
 
             def call():
                 with self.watch(signature.name):
-                    allreduce_buffer(self, buf, signature, op="sum")
+                    self.allreduce_call(buf, signature)
             return time_calls(call, count, warmup=warmup, barrier=self.comm.Barrier)
 
         def agree_max(values):
@@ -372,16 +382,36 @@ class TorusComm:
             self._column = column
         else:  # another transport moves the data
             self._column = ""
+        self._check(signature, column)
+        return None
+
+    def _check(self, signature: CallSignature, column: str, flat=None) -> bool:
+        """The check of :meth:`verify` (the call number already counted); with ``flat`` =
+        ``(send, recv, datatype handle, op handle)`` and :attr:`native`, the flat call's data too, in the same
+        C call once the check agreed. Returns True when the data moved (else the caller moves it)."""
+        moved = False
         if self.grid.size > 1:
             both, reduced = self._check_buffers(signature, column)
             both[0], both[both.size // 2] = self.calls, -self.calls  # the call number and its negation
-            if self.deadline:  # a rank may not come: wait under the deadline
-                self._wait([self.comm.Iallreduce(both, reduced, op=MPI.MAX)])
-            else:  # no deadline: nothing to watch, the blocking call is the cheaper one
-                self.comm.Allreduce(both, reduced, op=MPI.MAX)
+            # a rank may not come: wait under the deadline (no deadline: nothing to watch, the blocking call
+            # is the cheaper one)
+            native = self.native
+            if native is not None:  # the same MPI calls, made from C (horovod_torus/_native.c)
+                tests = TESTS_PER_CHECK if self.deadline else -1
+                if flat is None:
+                    status, handle = native.check(self._fcomm, both, reduced, tests)
+                else:
+                    status, handle = native.check_flat(self._fcomm, both, reduced, tests, *flat)
+                if status == 1:  # still open after TESTS_PER_CHECK tests: wait under the call's clock
+                    self._wait([MPI.Request.f2py(handle)])
+                moved = status == 0 and flat is not None
+            elif self.deadline:
+                self._wait([self.comm.Iallreduce([both, MPI.INT64_T], [reduced, MPI.INT64_T], op=MPI.MAX)])
+            else:
+                self.comm.Allreduce([both, MPI.INT64_T], [reduced, MPI.INT64_T], op=MPI.MAX)
             # every rank's words are equal iff each maximum and minimum is this rank's own word: the same
             # verdict on every rank as disagreeing(reduced), one bytes comparison instead of numpy calls
-            if reduced.tobytes() != both.tobytes():  # rare: gather the words to name each rank's value
+            if not moved and reduced.tobytes() != both.tobytes():  # rare: gather the words to name each rank's value
                 mine = both[:both.size // 2].copy()
                 gathered = np.empty((self.grid.size, mine.size), np.int64)
                 self._wait([self.comm.Iallgather(mine, gathered)])
@@ -390,7 +420,7 @@ class TorusComm:
                     raise left_stall(self.alarm, gathered, left, self.grid)
                 # every rank is here (the same verdict everywhere): each rank's shapes, to name them
                 compare(gathered, signature, layouts=self.comm.allgather(tuple(signature.layout)))
-        return None
+        return moved
 
     def _check_buffers(self, signature: CallSignature, column: str) -> tuple[np.ndarray, np.ndarray]:
         """The check's send vector (:func:`horovod_torus.signature.extremes` of ``signature``'s words with
@@ -504,6 +534,71 @@ class TorusComm:
     def gate(self, buf, token):
         return buf
 
+    def allreduce_call(self, buf: np.ndarray, signature: CallSignature, op: str = "sum",
+                       out: np.ndarray | None = None) -> np.ndarray:
+        """The numpy API's call of one flat buffer (inside :meth:`watch`): a ``"torus"`` signature runs
+        :func:`horovod_torus.phases.allreduce_buffer`; a ``"flat"`` one below
+        :data:`FLAT_NONBLOCKING_MIN_BYTES` runs its check and its ``MPI_Allreduce`` in one call of
+        :attr:`native` when the extension is built (the same MPI calls as :meth:`verify` then
+        :meth:`allreduce_flat`, with no Python between them), else through allreduce_buffer too. Returns
+        ``out`` (None: a new array) holding the reduction; raises as allreduce_buffer does."""
+        if not self._native_flat(buf, signature, op):
+            return allreduce_buffer(self, buf, signature, op=op, out=out)
+        if out is None:
+            out = np.empty_like(buf)
+        self.calls += 1
+        self._column = ""
+        if not self._check(signature, "", (buf, out) + _HANDLES[(buf.dtype, op)]):
+            self.allreduce_flat(buf, op, out)  # the check waited under the deadline: the data from Python
+        return out
+
+    def _native_flat(self, buf: np.ndarray, signature: CallSignature, op: str) -> bool:
+        """Whether :meth:`allreduce_call` runs this call's check and data in one call of :attr:`native`: a
+        ``"flat"`` signature of a non-empty buffer below :data:`FLAT_NONBLOCKING_MIN_BYTES` whose dtype has a
+        predefined MPI datatype (:func:`_native_handles`), on more than one rank, with the extension built."""
+        if signature.algorithm != "flat" or self.native is None or self.grid.size == 1 or not buf.size \
+                or buf.nbytes >= FLAT_NONBLOCKING_MIN_BYTES:
+            return False
+        key = (buf.dtype, op)
+        handles = _HANDLES.get(key)
+        if handles is None:
+            handles = _HANDLES[key] = _native_handles(*key)
+        return bool(handles)
+
+    def _flat_site(self, site: "_Site", send: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """:func:`torus_allreduce` of a call site seen before (``send`` C-contiguous; ``out``: None or a
+        recvbuf MPI writes into, :func:`_direct`): the flat call of :meth:`allreduce_call` with nothing
+        validated again. Returns ``out``, or a new array of ``send``'s shape."""
+        if out is None:
+            out = np.empty_like(send)
+        with self.watch(site.signature.name):
+            self.calls += 1
+            self._column = ""
+            if not self._check(site.signature, "", (send, out) + site.handles):  # the data from Python
+                flat = send.reshape(-1)
+                self.allreduce_flat(flat, site.opname, flat if out is send else out.reshape(-1))
+        return out
+
+
+class _Site:
+    """A flat :func:`torus_allreduce` call remembered by (shape, dtype, op) once validated, so that the
+    next one goes straight to the C call (:meth:`TorusComm._flat_site`): measured on 4 ranks on 2 cores,
+    each microsecond of Python per call costs several in the call's time."""
+
+    __slots__ = ("op", "opname", "signature", "min_torus_bytes", "handles")
+
+    def __init__(self, op, opname: str, signature: CallSignature, min_torus_bytes: int, handles: tuple):
+        self.op, self.opname, self.signature = op, opname, signature
+        self.min_torus_bytes, self.handles = min_torus_bytes, handles
+
+
+def _native_handles(dtype: np.dtype, op: str) -> tuple:
+    """Fortran handles of the predefined MPI datatype of ``dtype`` (mpi4py's, as its buffers of that dtype
+    use: a duplicate datatype is not valid with the predefined ops) and of the op ``op``; ``()`` for a dtype
+    the C call does not take (float16, non-native byte order): the Python path runs those."""
+    datatype = MPI._typedict.get(dtype.char) if dtype.isnative and dtype != np.float16 else None
+    return () if datatype is None else (datatype.py2f(), _MPI_OPS[op].py2f())
+
 
 class _Watch:
     """The context of :meth:`TorusComm.watch`: the call's number, name and start time (a plain class, not
@@ -525,6 +620,7 @@ class _Watch:
 
 
 _MPI_OPS = {name: getattr(MPI, name.upper()) for name in REDUCE_OPS}
+_HANDLES: dict = {}  # (numpy dtype, op name) -> Fortran handles of its MPI datatype and op, for _native
 
 
 def _itemsize(dtype: str) -> int:
@@ -575,6 +671,11 @@ def torus_allreduce(comm, sendbuf, recvbuf=None, op=MPI.SUM, grid=None):
             an mpi4py intracommunicator.
         ValueError: a TorusComm that was freed (its ``with`` block ended).
     """
+    if grid is None and type(comm) is TorusComm and type(sendbuf) is np.ndarray:
+        site = comm._sites.get((sendbuf.shape, sendbuf.dtype, id(op)))
+        if site is not None and site.op is op and site.min_torus_bytes == comm.min_torus_bytes and not comm.freed \
+                and sendbuf.flags.c_contiguous and _direct(recvbuf, sendbuf):
+            return comm._flat_site(site, sendbuf, recvbuf)  # a flat call seen before, validated then: to C
     send = np.asarray(sendbuf, order="C")
     if recvbuf is not None and (recvbuf.shape != send.shape or recvbuf.dtype != send.dtype):
         raise ValueError(f"recvbuf has shape {recvbuf.shape} and dtype {recvbuf.dtype}; expected "
@@ -590,7 +691,7 @@ def torus_allreduce(comm, sendbuf, recvbuf=None, op=MPI.SUM, grid=None):
         if grid is not None and str(grid) != str(comm.grid):
             raise ValueError(f"grid={grid} differs from the TorusComm's grid {comm.grid}")
         comm._usable()
-        return _run(comm, send, recvbuf, opname)
+        return _run(comm, send, recvbuf, opname, op if grid is None else None)
     _check_comm(comm)
     tc = TorusComm.create(comm, grid)
     try:
@@ -599,7 +700,9 @@ def torus_allreduce(comm, sendbuf, recvbuf=None, op=MPI.SUM, grid=None):
         tc.free()
 
 
-def _run(tc: TorusComm, send: np.ndarray, recvbuf, opname: str):
+def _run(tc: TorusComm, send: np.ndarray, recvbuf, opname: str, op=None):
+    """``op``: the caller's MPI.Op when the call may be remembered as a :class:`_Site` (no grid given),
+    else None."""
     algorithm = tc.algorithm(send.nbytes)
     key = (send.shape, send.dtype, opname, algorithm)
     signature = tc._signatures.get(key)
@@ -609,10 +712,15 @@ def _run(tc: TorusComm, send: np.ndarray, recvbuf, opname: str):
         name = send.dtype.name
         signature = tc._signatures[key] = CallSignature(elements=send.size, dtype=name, layout=((name, send.shape),),
                                                         op=LABELS[opname], algorithm=algorithm)
+    if op is not None and tc._native_flat(send, signature, opname):
+        if len(tc._sites) >= 256:
+            tc._sites.clear()
+        tc._sites[(send.shape, send.dtype, id(op))] = _Site(op, opname, signature, tc.min_torus_bytes,
+                                                            _HANDLES[(send.dtype, opname)])
     flat = send.reshape(-1)
     target = _target(recvbuf, flat)
     with tc.watch(signature.name):
-        out = allreduce_buffer(tc, flat, signature, op=opname, out=target)
+        out = tc.allreduce_call(flat, signature, op=opname, out=target)
     if target is not None:  # the result is in recvbuf already
         return recvbuf
     if recvbuf is None:
@@ -621,6 +729,15 @@ def _run(tc: TorusComm, send: np.ndarray, recvbuf, opname: str):
         return out.reshape(send.shape)
     recvbuf[...] = out.reshape(send.shape)  # a recvbuf MPI cannot write into (strided, overlapping)
     return recvbuf
+
+
+def _direct(recvbuf, send: np.ndarray) -> bool:
+    """Whether a remembered call (:class:`_Site`) may write straight into ``recvbuf``: None, or ``send``
+    itself (in place), or a writable C-contiguous array of send's shape and dtype apart from it."""
+    if recvbuf is None or recvbuf is send:
+        return True
+    return (type(recvbuf) is np.ndarray and recvbuf.shape == send.shape and recvbuf.dtype == send.dtype
+            and recvbuf.flags.c_contiguous and recvbuf.flags.writeable and not np.may_share_memory(recvbuf, send))
 
 
 def _target(recvbuf, flat: np.ndarray):

@@ -133,8 +133,13 @@ def _decode_imagenet(cfg: DataConfig, encoded, train: bool, seed=None):
 MANIFEST = "shards.txt"
 
 
-def _tfrecord_files(cfg: DataConfig, train: bool) -> list[str]:
-    """All shards of the split, sorted (from the MANIFEST of a staged copy when there is one)."""
+def tfrecord_files(cfg: DataConfig, train: bool) -> list[str]:
+    """All ImageNet TFRecord shards of the split, sorted (from the MANIFEST of a staged copy when there is
+    one): paths under ``cfg.data_dir``.
+
+    Raises:
+        FileNotFoundError: no shard matches (the message names the pattern and the expected layout).
+    """
     prefix = "train-" if train else "validation-"
     manifest = os.path.join(cfg.data_dir, MANIFEST)
     if os.path.exists(manifest):
@@ -235,7 +240,7 @@ def record_owner(file_index, record_index, num_files: int, size: int):
 
 
 def _tfrecord_source(cfg: DataConfig, split: Split, train: bool) -> tuple[list[str], FilePlan]:
-    files = _tfrecord_files(cfg, train)
+    files = tfrecord_files(cfg, train)
     return files, file_plan(len(files), split.rank, split.size)
 
 
@@ -279,8 +284,20 @@ def _encoded_records(cfg: DataConfig, split: Split, train: bool) -> tf.data.Data
 
 
 def num_examples(cfg: DataConfig, train: bool) -> int:
-    """Examples in the split (whole world), capped by ``train_examples`` / ``val_examples`` when > 0."""
+    """Examples in the split (whole world), capped by ``train_examples`` / ``val_examples`` when > 0.
+    Counted once per process for the same dataset, folder and cap (the start-up check and ``train`` both ask;
+    Fashion-MNIST's count loads its IDX files, TFRecords' reads every shard)."""
     cap = cfg.train_examples if train else cfg.val_examples
+    key = (cfg.dataset, os.path.abspath(cfg.data_dir), cap, train)
+    if key not in _COUNTS:
+        _COUNTS[key] = _count(cfg, cap, train)
+    return _COUNTS[key]
+
+
+_COUNTS: dict = {}  # (dataset, data folder, cap, train) -> num_examples
+
+
+def _count(cfg: DataConfig, cap: int, train: bool) -> int:
     if cfg.dataset == "fashion_mnist":
         n = len(load_fashion_mnist(cfg.data_dir, "train" if train else "test")[1])
     elif cfg.dataset == "imagenet_tfds":
@@ -288,7 +305,7 @@ def num_examples(cfg: DataConfig, train: bool) -> int:
     elif cap:
         return cap
     else:  # counting TFRecords costs one pass over the files; presets set train_examples to skip it
-        n = sum(1 for _ in tf.data.TFRecordDataset(_tfrecord_files(cfg, train)))
+        n = sum(1 for _ in tf.data.TFRecordDataset(tfrecord_files(cfg, train)))
     return min(n, cap) if cap else n
 
 
@@ -430,7 +447,7 @@ def stage_tfrecords(data_dir: str, dest: str, world_size: int, ranks) -> list[st
     os.makedirs(dest, exist_ok=True)
     names, copied = [], []
     for train in (True, False):
-        files = _tfrecord_files(DataConfig(dataset="imagenet_tfrecord", data_dir=data_dir), train)
+        files = tfrecord_files(DataConfig(dataset="imagenet_tfrecord", data_dir=data_dir), train)
         names += [os.path.basename(f) for f in files]
         needed = sorted({f for r in ranks for f in file_plan(len(files), r, world_size).files})
         for f in needed:

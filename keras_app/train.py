@@ -231,7 +231,7 @@ def check_run_inputs(cfg: AppConfig) -> list[str]:
             for stage in batch_stages(parse_batch_schedule(cfg.train.batch_schedule), cfg.train.epochs):
                 steps_per_epoch(n_train, stage.global_batch)
         elif cfg.data.dataset != "imagenet_tfds":   # counting TFRecords reads them all: check they exist
-            data._tfrecord_files(cfg.data, train=True)
+            data.tfrecord_files(cfg.data, train=True)
     except FileNotFoundError as exc:
         raise ValueError(str(exc)) from None
     if cfg.train.resume:

@@ -134,7 +134,7 @@ def test_tfrecords_more_ranks_than_files_each_record_once(tmp_path):
     x, y = fmnist_rgb("test", 60)
     write_tfrecords(str(tmp_path), "validation", x, y, shards=3)
     cfg = DataConfig(dataset="imagenet_tfrecord", data_dir=str(tmp_path), channels=3, num_classes=10)
-    files = data._tfrecord_files(cfg, train=False)
+    files = data.tfrecord_files(cfg, train=False)
     by_file = [[r.numpy() for r in tf.data.TFRecordDataset(f)] for f in files]
     seen = []
     for rank in range(7):
@@ -192,7 +192,7 @@ def test_stage_copies_only_the_nodes_shards(tmp_path):
             for train in (True, False):
                 shared = DataConfig(dataset="imagenet_tfrecord", data_dir=str(src))
                 local = DataConfig(dataset="imagenet_tfrecord", data_dir=str(dest))
-                assert len(data._tfrecord_files(local, train)) == len(data._tfrecord_files(shared, train))
+                assert len(data.tfrecord_files(local, train)) == len(data.tfrecord_files(shared, train))
                 a = [e.numpy() for e, _ in data._encoded_records(shared, data.Split(r, 6), train)]
                 b = [e.numpy() for e, _ in data._encoded_records(local, data.Split(r, 6), train)]
                 assert a == b and a

@@ -19,7 +19,10 @@
  *   status 1: the check is still open after `tests` tests: `request` is its Fortran handle (the caller
  *             waits for it under the call's deadline, MPI_Request_f2c / mpi4py Request.f2py); no data moved.
  *   status 2: the check completed and the words differ (the caller names the difference); no data moved.
- *   An MPI error (with MPI_ERRORS_RETURN, mpi4py's default) raises RuntimeError naming the MPI error string.
+ *   An MPI error (with MPI_ERRORS_RETURN, mpi4py's default) raises RuntimeError naming the MPI error string;
+ *   send and recv that overlap without being the same buffer raise ValueError before any MPI call.
+ * library_version() -> str: MPI_Get_library_version() of the linked MPI (horovod_torus.mpi compares it with
+ *   mpi4py's and does not use this module when they differ).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -111,6 +114,10 @@ static PyObject *native_check_flat(PyObject *self, PyObject *args)
                || send.len % size != 0 || send.len / size > 0x7fffffff) {
         PyErr_Format(PyExc_ValueError, "flat all-reduce buffers of %zd and %zd bytes do not fit the datatype "
                      "(%d bytes per element, at most 2**31-1 elements)", send.len, recv.len, size);
+    } else if (send.buf != recv.buf && (const char *)send.buf < (const char *)recv.buf + recv.len
+               && (const char *)recv.buf < (const char *)send.buf + send.len) {
+        PyErr_SetString(PyExc_ValueError, "send and receive buffers overlap without being the same buffer "
+                        "(MPI forbids it): pass the same array for in place, or separate arrays");
     } else {
         MPI_Request req = MPI_REQUEST_NULL;
         int rc = MPI_SUCCESS, status;
@@ -136,7 +143,18 @@ static PyObject *native_check_flat(PyObject *self, PyObject *args)
     return result;
 }
 
+static PyObject *native_library_version(PyObject *self, PyObject *args)
+{
+    char text[MPI_MAX_LIBRARY_VERSION_STRING];
+    int len = 0;
+    if (MPI_Get_library_version(text, &len) != MPI_SUCCESS)
+        len = 0;
+    return PyUnicode_DecodeUTF8(text, len, "replace");
+}
+
 static PyMethodDef methods[] = {
+    {"library_version", native_library_version, METH_NOARGS,
+     "MPI_Get_library_version() of the MPI library this module was linked against (mpi4py's must be the same)."},
     {"check", native_check, METH_VARARGS,
      "check(comm_f, both, reduced, tests) -> (status, request_f): the call's check (see the module source)."},
     {"check_flat", native_check_flat, METH_VARARGS,

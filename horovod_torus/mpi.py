@@ -49,6 +49,7 @@ Example (``mpirun -np 4 python -c ...``)::
 from __future__ import annotations
 
 import time
+import warnings
 
 import numpy as np
 from mpi4py import MPI
@@ -70,6 +71,13 @@ from horovod_torus.topology import TorusTopology
 try:  # built by setup.py against the MPI of mpicc (optional: without it the same calls run from Python)
     from horovod_torus import _native
 except ImportError:  # pragma: no cover - depends on the build
+    _native = None
+if _native is not None and _native.library_version() != MPI.Get_library_version():
+    # built against another MPI library than the one mpi4py loaded: its handles would mean nothing there
+    warnings.warn("horovod_torus._native was built against another MPI library than mpi4py uses "
+                  f"({_native.library_version().splitlines()[0]!r} vs "
+                  f"{MPI.Get_library_version().splitlines()[0]!r}): the numpy API runs its check from Python; "
+                  "rebuild with MPICC pointing at mpi4py's MPI (pip install -e . / make setup)", RuntimeWarning)
     _native = None
 
 __all__ = ["TorusComm", "torus_allreduce", "ring_reduce_scatter", "ring_allgather", "comm_world",
@@ -734,8 +742,10 @@ def _run(tc: TorusComm, send: np.ndarray, recvbuf, opname: str, op=None):
 def _direct(recvbuf, send: np.ndarray) -> bool:
     """Whether a remembered call (:class:`_Site`) may write straight into ``recvbuf``: None, or ``send``
     itself (in place), or a writable C-contiguous array of send's shape and dtype apart from it."""
-    if recvbuf is None or recvbuf is send:
+    if recvbuf is None:
         return True
+    if recvbuf is send:  # in place: a read-only one takes the validating path (its ValueError)
+        return send.flags.writeable
     return (type(recvbuf) is np.ndarray and recvbuf.shape == send.shape and recvbuf.dtype == send.dtype
             and recvbuf.flags.c_contiguous and recvbuf.flags.writeable and not np.may_share_memory(recvbuf, send))
 

@@ -99,12 +99,23 @@ def test_in_place_recvbuf_and_views_through_the_c_call(native):
         read_only.flags.writeable = False
         with pytest.raises(ValueError, match="recvbuf is read-only"):  # validated again, not the remembered call
             torus_allreduce(tc, send[:3], recvbuf=read_only)
+        calls = tc.calls
+        locked = np.ones(3, np.int32)
+        np.testing.assert_array_equal(torus_allreduce(tc, locked), np.full(3, size))  # remembered now
+        locked.flags.writeable = False
+        with pytest.raises(ValueError, match="recvbuf is read-only"):  # in place, read-only: nothing counted
+            torus_allreduce(tc, locked, recvbuf=locked)
+        assert tc.calls == calls + 1
+        both, reduced = np.zeros(2, np.int64), np.zeros(2, np.int64)
+        x = np.arange(5, dtype=np.int32)
+        with pytest.raises(ValueError, match="overlap without being the same buffer"):  # before any MPI call
+            native.check_flat(tc.comm.py2f(), both, reduced, 16, x[0:4], x[1:5], MPI.INT.py2f(), MPI.SUM.py2f())
         strided = np.zeros((4, 6), np.float32)[:, ::2]  # MPI cannot write there: copied in
         torus_allreduce(tc, np.ones((4, 3), np.float32), recvbuf=strided)
         np.testing.assert_array_equal(strided, np.full((4, 3), size))
         view = np.arange(10, dtype=np.float32)[::2]  # a non-contiguous send buffer is copied first
         np.testing.assert_array_equal(torus_allreduce(tc, view), np.arange(0, 10, 2) * size)
-        assert len(counting.statuses) == 7 and completed(counting, "check_flat")
+        assert len(counting.statuses) == 8 and completed(counting, "check_flat")
 
 
 def test_what_the_c_call_does_not_take_runs_from_python(native):

@@ -552,13 +552,7 @@ class TorusComm:
         ``out`` (None: a new array) holding the reduction; raises as allreduce_buffer does."""
         if not self._native_flat(buf, signature, op):
             return allreduce_buffer(self, buf, signature, op=op, out=out)
-        if out is None:
-            out = np.empty_like(buf)
-        self.calls += 1
-        self._column = ""
-        if not self._check(signature, "", (buf, out) + _HANDLES[(buf.dtype, op)]):
-            self.allreduce_flat(buf, op, out)  # the check waited under the deadline: the data from Python
-        return out
+        return self._flat_native(signature, buf, out, op, _HANDLES[(buf.dtype, op)])
 
     def _native_flat(self, buf: np.ndarray, signature: CallSignature, op: str) -> bool:
         """Whether :meth:`allreduce_call` runs this call's check and data in one call of :attr:`native`: a
@@ -577,14 +571,22 @@ class TorusComm:
         """:func:`torus_allreduce` of a call site seen before (``send`` C-contiguous; ``out``: None or a
         recvbuf MPI writes into, :func:`_direct`): the flat call of :meth:`allreduce_call` with nothing
         validated again. Returns ``out``, or a new array of ``send``'s shape."""
+        with self.watch(site.signature.name):
+            return self._flat_native(site.signature, send, out, site.opname, site.handles)
+
+    def _flat_native(self, signature: CallSignature, send: np.ndarray, out, opname: str, handles: tuple):
+        """The flat call of a validated C-contiguous ``send`` (any shape) into ``out`` (None: a new array;
+        ``send`` itself: in place; else a C-contiguous array of its shape apart from it), inside
+        :meth:`watch`: the check and the data in one C call of :attr:`native`, or the data from Python
+        (:meth:`allreduce_flat`, in place as one buffer) when the check waited under the deadline. The one
+        code path of :meth:`allreduce_call` and :meth:`_flat_site`. Returns ``out``."""
         if out is None:
             out = np.empty_like(send)
-        with self.watch(site.signature.name):
-            self.calls += 1
-            self._column = ""
-            if not self._check(site.signature, "", (send, out) + site.handles):  # the data from Python
-                flat = send.reshape(-1)
-                self.allreduce_flat(flat, site.opname, flat if out is send else out.reshape(-1))
+        self.calls += 1
+        self._column = ""
+        if not self._check(signature, "", (send, out) + handles):
+            flat = send.reshape(-1)
+            self.allreduce_flat(flat, opname, flat if out is send else out.reshape(-1))
         return out
 
 

@@ -487,7 +487,8 @@ def nccl_ring_latency(cluster: Cluster) -> float:
     return (2 * (p - 1) - 2 * (nodes - 1)) * cluster.intra.alpha + 2 * (nodes - 1) * cluster.inter.alpha
 
 
-def cluster_torus_time(cluster: Cluster, grid: TorusTopology | str, n: float, column: str = "ring") -> float:
+def cluster_torus_time(cluster: Cluster, grid: TorusTopology | str, n: float, column: str = "ring",
+                       serial_columns: bool = False) -> float:
     """2D torus on ``grid`` (X*Y = p, rows of X consecutive ranks), seconds.
 
     ``column``: the column all-reduce's algorithm (one of :data:`COLUMNS`), ``"ring"`` (the torus' own
@@ -497,6 +498,15 @@ def cluster_torus_time(cluster: Cluster, grid: TorusTopology | str, n: float, co
     grid 2 floor(lg Y) a_e + 2n/X per rank, the X columns sharing their node's NICs). The reduction cost
     is (XY-1)/(XY) n gamma in every case (the extra half-vector reduction of a halving-doubling fold,
     Y not a power of two, is left out).
+
+    ``serial_columns``: the X column all-reduces run one after another, each alone on the links, instead of
+    all at once: the column phase is the sum of the columns' times. That is Horovod 0.28.1's CPU operations
+    under its MPI controller (the Horovod-ops torus under mpirun): one background thread per process makes
+    every process set's MPI calls, and each cycle starts with a negotiation on the global set, so a rank
+    blocked inside its column's ``MPI_Allreduce`` holds back the next cycle of every rank, and a column
+    negotiated a cycle later starts when the first one ends (``tools/probes/horovod_columns.py``,
+    docs/notes/cluster_in_a_box.md). Where the columns share their NICs (one NIC per node) it changes only
+    the latency terms; on rails (a NIC per column) it doubles the column phase of a 2-column grid.
     """
     grid = TorusTopology.parse(grid) if isinstance(grid, str) else grid
     grid.check_size(cluster.size)
@@ -504,15 +514,25 @@ def cluster_torus_time(cluster: Cluster, grid: TorusTopology | str, n: float, co
         raise ValueError(f"column={column!r}: the torus' column all-reduce is 'ring', 'halving-doubling' or "
                          f"'tree'")
     a_h, b_h = _rings_link(cluster, grid.rows()) if grid.x > 1 else (0.0, 0.0)
-    if column == "ring" or grid.y == 1:
-        a_v, b_v = _rings_link(cluster, grid.columns()) if grid.y > 1 else (0.0, 0.0)
-        return torus_time(grid.x, grid.y, n, a_h, b_h, a_v, b_v, cluster.gamma)
     rows = torus_time(grid.x, 1, n, a_h, b_h, 0.0, 0.0, 0.0)
-    shard = n / grid.x
     gamma = (grid.size - 1) / grid.size * n * cluster.gamma
+    if grid.y == 1:
+        return rows + gamma
     no_gamma = dataclasses.replace(cluster, gamma=0.0)
+    columns = [[c] for c in grid.columns()] if serial_columns else [grid.columns()]
+    return rows + sum(_column_phase(no_gamma, cs, n / grid.x, column) for cs in columns) + gamma
+
+
+def _column_phase(cluster: Cluster, columns, shard: float, column: str) -> float:
+    """Seconds of the torus' column all-reduces of ``shard`` bytes each, ``columns`` (equal lengths Y) at
+    once, by the column algorithm ``column`` (no reduction cost: :func:`cluster_torus_time` adds it).
+    Ring: 2(Y-1) a_v + 2(Y-1)/Y shard b_v on the columns' shared step link."""
+    if column == "ring":
+        y = len(columns[0])
+        a_v, b_v = _rings_link(cluster, columns)
+        return 2 * (y - 1) * a_v + 2 * (y - 1) / y * shard * b_v
     groups = _halving_doubling_groups if column == "halving-doubling" else _tree_groups
-    return rows + groups(no_gamma, grid.columns(), shard) + gamma
+    return groups(cluster, columns, shard)
 
 
 def torus_grids(p: int) -> list[TorusTopology]:

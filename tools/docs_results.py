@@ -241,6 +241,11 @@ def _cluster_repeat_facts(doc: dict) -> list[str]:
            f"every other repeat), 1 at the other sizes; `min_torus_bytes` {c['min_torus_bytes']}"
            + (f"; the launches took {doc['elapsed_s'] / 60:.0f} min" if doc.get("elapsed_s") else "")
            + (f" (expected {doc['estimate_s'] / 60:.0f} min)" if doc.get("estimate_s") else "") + "."]
+    if doc.get("rescored_utc"):
+        out.append(f"Predictions, targets and planner counts remade on {doc['rescored_utc']} from the JSON's own "
+                   "calibration and measured rows by the cost model of that day "
+                   "(`python -m tools.cluster.bench --rescore docs/cluster_bench.json`); the measurements are "
+                   "those of the run above.")
     out += ["Planner / measured (the medians):\n\n" + "\n".join(
         f"- {line}" for what, counts in doc["planner_passes"].items()
         for line in format_planner_counts(counts, what).splitlines())]

@@ -309,3 +309,41 @@ def test_the_committed_cluster_bench_names_the_machine():
     assert set(doc["host"]) <= set(bench.MACHINE_FACTS) and doc["host"]["cpu_model"] and doc["host"]["cpu_count"] >= 1
     page = docs_results._cluster_bench_page(str(DOCS))
     assert f"`cpu_model`: {doc['host']['cpu_model']}" in page and "CPU model: not recorded" not in page
+
+
+def test_rescore_remakes_predictions_from_the_files_own_calibration(tmp_path, capsys):
+    """``--rescore``: the measured rows stay, every prediction is made again on clusters rebuilt from the
+    file's calibration (the same as predict_row on make_cluster with those links), with the targets and
+    planner counts; a file without a calibration is refused."""
+    from horovod_torus.costmodel import Link
+    from tools.cluster.results import make_cluster, predict_row
+
+    rows = aggregate_launches([_launch_row(s, l, "default", 8 * MIB, k, t)
+                               for s, l, t in (("torus", "mpirun", 0.8), ("torus:mpi", "mpirun", 0.4),
+                                               ("mpi-ring", "mpirun", 0.7), ("mpi", "mpirun", 0.6))
+                               for k in range(3)])
+    calibration = {"reference": "node:mpi-ring", "inter_alpha_s": 2e-3, "inter_bandwidth_Bps_per_nic": 25e6,
+                   "intra_alpha_s": 0.0, "intra_bandwidth_Bps": 3e9, "exchange_reference": "node:mpi",
+                   "exchange_efficiency": 0.6, "nominal_Bps_per_nic": 25e6, "inter_rms_relative_residual": 0.1,
+                   "intra_rms_relative_residual": None, "exchange_rms_relative_residual": 0.1}
+    doc = {"description": "x", "config": {"nodes": 4, "ranks_per_node": 2, "rate": "200mbit", "name": "htcb"},
+           "rows": [{**r, "model": "old", "predicted_s": 9.0, "planner_ratio": 1.0, "planner_ok": True} for r in rows],
+           "calibration": calibration, "wirings": ["rails"], "grid": "2x4", "targets": {}, "planner_passes": {},
+           "elapsed_s": 60.0}
+    new = bench.rescore(doc)
+    rails = make_cluster(4, 2, 2, Link(0.0, 3e9), Link(2e-3, 25e6), "rails", exchange_efficiency=0.6)
+    assert [r["time_s"] for r in new["rows"]] == [r["time_s"] for r in rows] and new["elapsed_s"] == 60.0
+    for r in new["rows"]:
+        model, t = predict_row(rails, r["strategy"], r["launcher"], r["size_bytes"], "2x4", r["ompi_allreduce"])
+        assert (r["model"], r["predicted_s"]) == (model, pytest.approx(t))
+        assert r["planner_ratio"] == pytest.approx(t / r["time_s"]) and r["calibration"] is False  # rails: not fitted
+    assert "columns in turn" in next(r["model"] for r in new["rows"] if r["strategy"] == "torus")
+    assert new["targets"]["rails"] and new["planner_passes"]["8 and 32 MiB"]["rails"]["rows"] == 4
+    path = tmp_path / "in.json"
+    path.write_text(json.dumps(doc))
+    assert bench.main(["--rescore", str(path), "--out", str(tmp_path / "out")]) == 0
+    assert json.loads((tmp_path / "out" / "bench.json").read_text())["rows"] == json.loads(json.dumps(new["rows"]))
+    assert "rescored (no launches)" in capsys.readouterr().out
+    path.write_text(json.dumps({**doc, "calibration": None}))
+    assert bench.main(["--rescore", str(path), "--out", str(tmp_path / "out")]) == 2
+    assert "has no calibration" in capsys.readouterr().err

@@ -36,6 +36,17 @@ def test_rails_model_bandwidth_terms():
     assert cluster_halving_doubling_time(node, n) == pytest.approx(2 * (n / 4 * 2 + n / 8 * 2) / B)
     assert cluster_halving_doubling_time(rails, n) == pytest.approx(2 * (n / 4 + n / 8) / B)
     assert cluster_halving_doubling_time(rails, n) == pytest.approx(cluster_torus_time(rails, "2x4", n))
+    # columns in turn (the Horovod-ops torus under mpirun): through a node's one NIC the two columns' bytes
+    # take as long one after the other as at once; on rails one rail idles while the other column runs
+    for column in ("ring", "halving-doubling", "tree"):
+        concurrent = {w: cluster_torus_time(c, "2x4", n, column) for w, c in (("node", node), ("rails", rails))}
+        assert cluster_torus_time(node, "2x4", n, column, serial_columns=True) == pytest.approx(concurrent["node"])
+        assert cluster_torus_time(rails, "2x4", n, column, serial_columns=True) == pytest.approx(2 * concurrent["rails"])
+    # and the latency terms add up: one more column's 2(Y-1) steps of the inter-node alpha (ring column)
+    slow = _cluster(1, alpha=1e-3)
+    assert (cluster_torus_time(slow, "2x4", n, serial_columns=True) - cluster_torus_time(slow, "2x4", n)
+            == pytest.approx(2 * 3 * 1e-3))
+    assert cluster_torus_time(rails, "8x1", n, serial_columns=True) == pytest.approx(cluster_torus_time(rails, "8x1", n))
     # hierarchical: the leaders' ring uses one NIC per node
     assert cluster_hierarchical_time(rails, n) == pytest.approx(2 * 3 / 4 * n / B)
     assert cluster_hierarchical_time(node, n) == pytest.approx(2 * 3 / 4 * n / B)
@@ -100,9 +111,10 @@ def test_the_horovod_ops_torus_column_follows_the_open_mpi_rules_file():
     n = 8 * MIB
     ring = predict_row(rails, "torus:mpi", "mpirun", n, "2x4")[1]
     hd = predict_row(rails, "torus", "mpirun", n, "2x4")
-    assert hd[0] == "torus 2x4, halving-doubling column" and hd[1] != pytest.approx(ring)
+    assert hd[0] == "torus 2x4, columns in turn, halving-doubling column" and hd[1] != pytest.approx(ring)
     ruled = predict_row(rails, "torus", "mpirun", n, "2x4", "default", column_rules=True)
-    assert ruled == ("torus 2x4, ring column (Open MPI rule)", pytest.approx(ring))
+    # Horovod's one background thread runs the two columns in turn: on rails each alone on its rail
+    assert ruled == ("torus 2x4, columns in turn, ring column (Open MPI rule)", pytest.approx(2 * ring))
     # a shard below 256 KiB (512 KiB on a row of 2: 256 KiB shards ring, 511 KiB do not)
     assert predict_row(rails, "torus", "mpirun", 512 * 1024 - 8, "2x4", "default", True)[0].endswith("halving-doubling column")
     assert predict_row(rails, "torus", "mpirun", 512 * 1024, "2x4", "default", True)[0].endswith("(Open MPI rule)")

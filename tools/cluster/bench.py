@@ -81,6 +81,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", default="htcb", help="cluster name (namespace prefix) (htcb)")
     p.add_argument("--launch-timeout", type=float, default=1500, help="seconds per launch (1500)")
     p.add_argument("--from-raw", action="store_true", help="no runs: recompute from OUT/raw")
+    p.add_argument("--rescore", metavar="BENCH.json", default=None,
+                   help="no runs: make the predictions, targets and planner counts of an earlier bench.json "
+                        "(e.g. docs/cluster_bench.json) again with the current cost model, from its own "
+                        "calibration and rows; writes OUT/bench.json and prints the tables")
     p.add_argument("--estimate", action="store_true",
                    help="no runs: print the expected wall time, scaled from --previous's timestamps")
     p.add_argument("--previous", default=PREVIOUS, help="the earlier bench.json --estimate scales "
@@ -199,6 +203,13 @@ MACHINE_FACTS = ("cpu_model", "cpu_count", "platform", "python", "numpy", "tenso
                  "mpi_library")
 
 
+def reference(text: str) -> tuple[str, str, str]:
+    """``WIRING:STRATEGY`` (``@gloo``: under horovodrun) -> (wiring, strategy, launcher)."""
+    wiring, strategy = text.split(":", 1)
+    launcher = "horovodrun" if strategy.endswith("@gloo") else "mpirun"
+    return wiring, strategy.removesuffix("@gloo"), launcher
+
+
 def analyse(args, raw, facts) -> dict:
     n, L = args.nodes, args.ranks_per_node
     grid = f"{L}x{n}"
@@ -223,9 +234,7 @@ def analyse(args, raw, facts) -> dict:
             if (wiring, group, 0) not in files:
                 _log(f"missing {os.path.join(raw, raw_name(wiring, group, 0))}: its rows are left out")
     rows = aggregate_launches(launch_rows)
-    ref_wiring, ref_strategy = args.reference.split(":", 1)
-    ref_launcher = "horovodrun" if ref_strategy.endswith("@gloo") else "mpirun"
-    ref_strategy = ref_strategy.removesuffix("@gloo")
+    ref_wiring, ref_strategy, ref_launcher = reference(args.reference)
     ref_rows = [r for r in rows if (r["wiring"], r["strategy"], r["launcher"]) == (ref_wiring, ref_strategy, ref_launcher)]
     if not ref_rows:
         raise ValueError(f"--reference {args.reference}: no such rows (have "
@@ -262,8 +271,7 @@ def analyse(args, raw, facts) -> dict:
         desc["exchange_efficiency"] = efficiency
         desc["name"] += " (calibrated)"
         write_json_atomic(os.path.join(args.out, f"cluster-{wiring}.json"), desc)
-    rows = planner_check(add_predictions(rows, clusters, grid, (ref_wiring, ref_strategy, ref_launcher),
-                                         *([ex_ref] if ex_rows else [])))
+    scored = score(rows, clusters, grid, (ref_wiring, ref_strategy, ref_launcher), *([ex_ref] if ex_rows else []))
     calibration = {"reference": args.reference, "inter_alpha_s": nic_link.alpha,
                    "inter_bandwidth_Bps_per_nic": nic_link.bandwidth, "inter_rms_relative_residual": rms,
                    "nominal_Bps_per_nic": rate * 1e6 / 8 if rate else None,
@@ -271,10 +279,48 @@ def analyse(args, raw, facts) -> dict:
                    "intra_rms_relative_residual": intra_rms,
                    "exchange_reference": f"{ref_wiring}:mpi" if ex_rows else None,
                    "exchange_efficiency": efficiency, "exchange_rms_relative_residual": ex_rms}
-    targets = {w: target_ratios(rows, w) for w in wirings}
-    planner = {"all sizes": planner_counts(rows), "8 and 32 MiB": planner_counts(rows, TARGET_SIZES)}
-    return {"rows": rows, "calibration": calibration, "targets": targets, "planner_passes": planner,
-            "host": machine, "ranks_per_host": hosts, "grid": grid, "wirings": wirings}
+    return {**scored, "calibration": calibration, "host": machine, "ranks_per_host": hosts, "grid": grid,
+            "wirings": wirings}
+
+
+#: The keys :func:`score` adds to a row.
+SCORE_KEYS = ("model", "predicted_s", "calibration", "planner_ratio", "planner_ok")
+
+
+def score(rows, clusters: dict, grid: str, *references) -> dict:
+    """``{"rows", "targets", "planner_passes"}``: the measured ``rows`` with the cost model's prediction
+    and its check (:func:`tools.cluster.results.add_predictions`, ``planner_check``; ``references``: the
+    (wiring, strategy, launcher) the links were fitted on), the target ratios and the planner's pass
+    counts, for every wiring in ``clusters``."""
+    rows = planner_check(add_predictions(rows, clusters, grid, *references))
+    return {"rows": rows, "targets": {w: target_ratios(rows, w) for w in clusters},
+            "planner_passes": {"all sizes": planner_counts(rows), "8 and 32 MiB": planner_counts(rows, TARGET_SIZES)}}
+
+
+def rescore(doc: dict) -> dict:
+    """An earlier ``bench.json`` (``doc``) with its predictions, targets and planner counts made again by the
+    current cost model from its own calibration (links, exchange efficiency) and measured rows; the rows'
+    times, the launches and the facts are kept; ``rescored_utc`` says when. Raises ValueError for a file
+    without a calibration."""
+    from horovod_torus.costmodel import Link
+
+    c, cfg = doc.get("calibration"), doc.get("config", {})
+    if not c or "inter_alpha_s" not in c:
+        raise ValueError("--rescore: the file has no calibration (write it with python -m tools.cluster.bench)")
+    n, L = cfg["nodes"], cfg["ranks_per_node"]
+    nic_link = Link(alpha=c["inter_alpha_s"], bandwidth=c["inter_bandwidth_Bps_per_nic"])
+    intra = Link(alpha=c["intra_alpha_s"], bandwidth=c["intra_bandwidth_Bps"])
+    clusters = {}
+    for wiring in doc["wirings"]:
+        spec = ClusterSpec(nodes=n, ranks_per_node=L, wiring=wiring, rate_mbit=parse_rate(cfg["rate"]),
+                           name=cfg.get("name", "htcb"))
+        clusters[wiring] = make_cluster(n, L, spec.nics, intra, nic_link, name=f"cluster-in-a-box {wiring}",
+                                        exchange_efficiency=c["exchange_efficiency"])
+
+    refs = [reference(c["reference"])] + ([reference(c["exchange_reference"])] if c.get("exchange_reference") else [])
+    rows = [{k: v for k, v in r.items() if k not in SCORE_KEYS} for r in doc["rows"]]
+    return {**doc, **score(rows, clusters, doc["grid"], *refs),
+            "rescored_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
 def _exchange_text(c) -> str:
@@ -360,6 +406,19 @@ def main(argv=None) -> int:
             return 2
         print(_estimate_text(estimate, args.previous))
         return 0
+    if args.rescore is not None:
+        try:
+            with open(args.rescore) as f:
+                doc = rescore(json.load(f))
+        except (OSError, ValueError, KeyError) as e:
+            print(f"tools.cluster.bench: error: --rescore {args.rescore}: {e!r}", file=sys.stderr)
+            return 2
+        os.makedirs(args.out, exist_ok=True)
+        write_json_atomic(os.path.join(args.out, "bench.json"), doc)
+        plot_cluster_rows(doc["rows"], os.path.join(args.out, "bench.png"), doc["description"])
+        report(doc)
+        print(f"\nwrote {os.path.join(args.out, 'bench.json')} and bench.png: {args.rescore} rescored (no launches)")
+        return 0
     net.interrupt_on_sigterm()
     raw = os.path.join(args.out, "raw")
     os.makedirs(raw, exist_ok=True)
@@ -388,38 +447,46 @@ def main(argv=None) -> int:
     doc = {"description": f"all-reduce on an emulated cluster: {args.nodes} nodes x {args.ranks_per_node} ranks, "
                           f"{args.rate} per NIC and direction, float32, grid {result['grid']}",
            "config": {k: v for k, v in vars(args).items()
-                      if k not in ("from_raw", "only", "wirings", "estimate", "previous")},
+                      if k not in ("from_raw", "only", "wirings", "estimate", "previous", "rescore")},
            **result, "failed_launches": facts["failed"], "load": facts["load"],
            "launch_log": facts.get("launch_log", []), "elapsed_s": facts.get("elapsed_s"),
            "estimate_s": facts.get("estimate_s")}
     write_json_atomic(os.path.join(args.out, "bench.json"), doc)
     plot_cluster_rows(result["rows"], os.path.join(args.out, "bench.png"), doc["description"])
-    c = result["calibration"]
-    print(f"\ninter-node link fitted on {c['reference']}: alpha {c['inter_alpha_s'] * 1e6:.0f} us, "
-          f"{c['inter_bandwidth_Bps_per_nic'] * 8 / 1e6:.0f} Mbit/s per NIC (nominal "
-          f"{(c['nominal_Bps_per_nic'] or 0) * 8 / 1e6:.0f}), rms residual {c['inter_rms_relative_residual']:.1%}; "
-          f"intra-node: alpha {c['intra_alpha_s'] * 1e6:.0f} us, {c['intra_bandwidth_Bps'] / 1e9:.2f} GB/s; "
-          f"{_exchange_text(c)}")
-    for w in result["wirings"]:
-        print(f"\n## {w} wiring: time per all-reduce in s, slowest rank, median [min-max] over launches "
-              f"(model's prediction)\n")
-        print(format_rows_table(result["rows"], w))
-    for w in result["wirings"]:
-        print(f"\n## targets, {w} wiring (ratio of the medians [per-launch min-max])\n")
-        print(format_targets(result["targets"][w]))
-    print()
-    for what, counts in result["planner_passes"].items():
-        print(format_planner_counts(counts, what))
-    from horovod_torus import plan
-
-    for w in result["wirings"]:
-        print(f"\n## planner on the calibrated {w} cluster\n")
-        plan.main(["--cluster", os.path.join(args.out, f"cluster-{w}.json"), "--bytes", "8M", "32M", "--top", "3"])
+    report(doc, args.out)
     ran = f"launches took {doc['elapsed_s'] / 60:.1f} min" if doc["elapsed_s"] is not None else "launch time unknown"
     print(f"\nwrote {os.path.join(args.out, 'bench.json')} and bench.png; failed launches: {facts['failed'] or 'none'}; "
           f"{ran}; this command {(time.monotonic() - started) / 60:.1f} min"
           + (f" (expected {doc['estimate_s'] / 60:.0f} min)" if doc["estimate_s"] else ""))
     return 1 if facts["failed"] else 0
+
+
+def report(doc: dict, out: str | None = None) -> None:
+    """Print a bench.json's calibration, tables, targets and planner counts, and (``out``: the folder of its
+    calibrated ``cluster-<wiring>.json``) the planner's ranking on each calibrated cluster."""
+    c = doc["calibration"]
+    print(f"\ninter-node link fitted on {c['reference']}: alpha {c['inter_alpha_s'] * 1e6:.0f} us, "
+          f"{c['inter_bandwidth_Bps_per_nic'] * 8 / 1e6:.0f} Mbit/s per NIC (nominal "
+          f"{(c['nominal_Bps_per_nic'] or 0) * 8 / 1e6:.0f}), rms residual {c['inter_rms_relative_residual']:.1%}; "
+          f"intra-node: alpha {c['intra_alpha_s'] * 1e6:.0f} us, {c['intra_bandwidth_Bps'] / 1e9:.2f} GB/s; "
+          f"{_exchange_text(c)}")
+    for w in doc["wirings"]:
+        print(f"\n## {w} wiring: time per all-reduce in s, slowest rank, median [min-max] over launches "
+              f"(model's prediction)\n")
+        print(format_rows_table(doc["rows"], w))
+    for w in doc["wirings"]:
+        print(f"\n## targets, {w} wiring (ratio of the medians [per-launch min-max])\n")
+        print(format_targets(doc["targets"][w]))
+    print()
+    for what, counts in doc["planner_passes"].items():
+        print(format_planner_counts(counts, what))
+    if out is None:
+        return
+    from horovod_torus import plan
+
+    for w in doc["wirings"]:
+        print(f"\n## planner on the calibrated {w} cluster\n")
+        plan.main(["--cluster", os.path.join(out, f"cluster-{w}.json"), "--bytes", "8M", "32M", "--top", "3"])
 
 
 if __name__ == "__main__":

@@ -44,7 +44,7 @@ __all__ = ["Launch", "OMPI_ALGORITHMS", "MODEL_OF", "MPI_COLUMN", "fit_exchange_
            "rows_from_doc", "ran_column_rules", "fit_link", "make_cluster",
            "predict_row", "add_predictions", "fit_or_origin", "label", "forced_algorithm", "target_ratios", "format_rows_table", "format_targets",
            "format_train_table", "print_train_comparison", "TARGET_SIZES", "GLOO_TARGET", "MPIRUN_TARGET",
-           "MPI_TORUS_TARGET", "PLANNER_LO", "PLANNER_HI"]
+           "MPI_TORUS_TARGET", "PLANNER_LO", "PLANNER_HI", "SERIAL_COLUMNS"]
 
 #: Open MPI 4.1 coll_tuned_allreduce_algorithm numbers (ompi_info --param coll tuned --level 9).
 OMPI_ALGORITHMS = {"basic_linear": 1, "nonoverlapping": 2, "recursive_doubling": 3, "ring": 4,
@@ -66,6 +66,15 @@ MODEL_OF = {("torus", "mpirun"): "torus", ("torus:mpi", "mpirun"): "torus", ("to
 #: 2 .. N-1 ranks runs the ring from :data:`horovod_torus.ompi_rules.RING_FROM_BYTES` per shard. The MPI
 #: transport, Gloo and NCCL run rings.
 MPI_COLUMN = {("torus", "mpirun")}
+
+#: (strategy, launcher) whose torus columns run one after another
+#: (:func:`horovod_torus.costmodel.cluster_torus_time`'s ``serial_columns``): the Horovod-ops torus under
+#: mpirun, where Horovod's single background thread blocks in each column's CPU ``MPI_Allreduce``
+#: (docs/cluster_bench.json, rails wiring, 5 launches a size: 3 of 5 took the serialised time or more at
+#: 8 MiB and at 32 MiB, the others 1.2-1.9x the concurrent one; docs/notes/cluster_in_a_box.md). Under Gloo
+#: the same torus ran concurrently (0.35-0.42 s at 8 MiB against 0.31 s predicted concurrent, 0.62 s
+#: serialised), and the MPI transport's columns are requests of the calling thread.
+SERIAL_COLUMNS = {("torus", "mpirun")}
 
 TARGET_SIZES = (8 * 1024 ** 2, 32 * 1024 ** 2)
 #: Issue 23 item 4's targets (rails 4 x 2, 200 Mbit/s, 8 and 32 MiB, medians of >= 3 launches): torus / ring
@@ -237,7 +246,11 @@ def predict_row(cluster: Cluster, strategy: str, launcher: str, nbytes: int, gri
             if (column_rules and flat_call == "mpi" and 2 <= g.y < g.size
                     and column_bytes(nbytes, g.x) >= RING_FROM_BYTES):
                 column, suffix = "ring", ", ring column (Open MPI rule)"
-        return f"torus {grid}{suffix}", cluster_torus_time(cluster, grid, nbytes, column=column)
+        serial = (strategy, launcher) in SERIAL_COLUMNS
+        if serial:
+            suffix = ", columns in turn" + suffix
+        return f"torus {grid}{suffix}", cluster_torus_time(cluster, grid, nbytes, column=column,
+                                                           serial_columns=serial)
     if alg == "ring":
         return "ring", cluster_ring_time(cluster, nbytes)
     return "halving-doubling", cluster_halving_doubling_time(cluster, nbytes)

@@ -678,15 +678,20 @@ def torus_allreduce(comm, sendbuf, recvbuf=None, op=MPI.SUM, grid=None):
         TorusMismatchError (a ValueError): on every rank, when the ranks pass different shapes, dtypes or
             ops (one MPI_Allgather of the call signatures compares them first).
         TypeError: a dtype without an MPI datatype (the message names it); ``comm`` neither a TorusComm nor
-            an mpi4py intracommunicator.
+            an mpi4py intracommunicator; a ``recvbuf`` that is not a numpy array.
         ValueError: a TorusComm that was freed (its ``with`` block ended).
     """
     if grid is None and type(comm) is TorusComm and type(sendbuf) is np.ndarray:
         site = comm._sites.get((sendbuf.shape, sendbuf.dtype, id(op)))
         if site is not None and site.op is op and site.min_torus_bytes == comm.min_torus_bytes and not comm.freed \
-                and sendbuf.flags.c_contiguous and _direct(recvbuf, sendbuf):
+                and sendbuf.flags.c_contiguous and sendbuf.flags.aligned and _direct(recvbuf, sendbuf):
             return comm._flat_site(site, sendbuf, recvbuf)  # a flat call seen before, validated then: to C
     send = np.asarray(sendbuf, order="C")
+    if not send.flags.aligned:  # MPI takes aligned buffers only (mpi4py cannot map an unaligned one's type)
+        send = send.copy()
+    if recvbuf is not None and not isinstance(recvbuf, np.ndarray):
+        raise TypeError(f"recvbuf must be a numpy array like sendbuf, or None for a new one; got a "
+                        f"{type(recvbuf).__name__}")
     if recvbuf is not None and (recvbuf.shape != send.shape or recvbuf.dtype != send.dtype):
         raise ValueError(f"recvbuf has shape {recvbuf.shape} and dtype {recvbuf.dtype}; expected "
                          f"{send.shape} and {send.dtype} like sendbuf")
@@ -743,20 +748,21 @@ def _run(tc: TorusComm, send: np.ndarray, recvbuf, opname: str, op=None):
 
 def _direct(recvbuf, send: np.ndarray) -> bool:
     """Whether a remembered call (:class:`_Site`) may write straight into ``recvbuf``: None, or ``send``
-    itself (in place), or a writable C-contiguous array of send's shape and dtype apart from it."""
+    itself (in place), or a writable, aligned C-contiguous array of send's shape and dtype apart from it."""
     if recvbuf is None:
         return True
     if recvbuf is send:  # in place: a read-only one takes the validating path (its ValueError)
         return send.flags.writeable
     return (type(recvbuf) is np.ndarray and recvbuf.shape == send.shape and recvbuf.dtype == send.dtype
-            and recvbuf.flags.c_contiguous and recvbuf.flags.writeable and not np.may_share_memory(recvbuf, send))
+            and recvbuf.flags.c_contiguous and recvbuf.flags.aligned and recvbuf.flags.writeable
+            and not np.may_share_memory(recvbuf, send))
 
 
 def _target(recvbuf, flat: np.ndarray):
     """The 1-D view of ``recvbuf`` (writable: checked by the caller) the call writes its result into:
     ``flat`` itself when recvbuf is the send buffer (in place), None when there is no recvbuf or MPI cannot
-    write into it (not C-contiguous, or overlapping the send buffer without being it)."""
-    if recvbuf is None or not recvbuf.flags.c_contiguous:
+    write into it (not C-contiguous or not aligned, or overlapping the send buffer without being it)."""
+    if recvbuf is None or not recvbuf.flags.c_contiguous or not recvbuf.flags.aligned:
         return None
     if not np.may_share_memory(recvbuf, flat):
         return recvbuf.reshape(-1)

@@ -44,7 +44,7 @@ from horovod_torus.rollcall import ROLL_CALL_LIMIT_SECONDS, ROLL_CALL_SECONDS, T
 
 __all__ = ["TorusStallError", "CallClock", "stall_error", "left_error", "note_stop", "last_stop", "ROLL_CALL_SECONDS",
            "ROLL_CALL_LIMIT_SECONDS", "EXIT_GRACE_SECONDS", "TESTS_PER_CHECK", "exit_check_mpi", "job_ending",
-           "left_stall"]
+           "left_stall", "uncaught_error", "end_on_uncaught"]
 
 #: Seconds between two looks of a waiting call for roll-call messages (after its first tests).
 _LOOK_SECONDS = 0.05
@@ -273,6 +273,39 @@ def left_stall(alarm, rows, left, grid) -> TorusStallError:
     me = alarm.Get_rank()
     _abort_at_exit(alarm, [r for r in range(alarm.Get_size()) if r != me])
     return left_error(rows, left, me, grid)
+
+
+def uncaught_error() -> BaseException | None:
+    """The uncaught exception this process is ending on (``sys.last_value``: Python sets it when it prints
+    the traceback, before the ``atexit`` hooks run; not for ``sys.exit``), unless it is one of the torus' own
+    errors (a call or settings mismatch, a stall: raised on every rank of the call at once, so the ranks'
+    exit checks meet), else None."""
+    from horovod_torus.agreement import SettingsMismatchError
+    from horovod_torus.signature import TorusMismatchError
+
+    exc = getattr(sys, "last_value", None)
+    if exc is None or isinstance(exc, (TorusStallError, TorusMismatchError, SettingsMismatchError)) \
+            or "horovod_torus" in str(exc):  # their TensorFlow forms inside tf.function keep the message only
+        return None
+    return exc
+
+
+def end_on_uncaught(rank: int, exc: BaseException, mpi: bool) -> None:
+    """At the exit of a rank that an uncaught error ends (:func:`uncaught_error`): end the job at once, as
+    Horovod does, instead of the exit check, which waits for the other ranks (up to the stall deadline, for
+    ever without one) and never meets them when they wait inside an operation of Horovod's own (a broadcast, a
+    plain all-reduce) for this rank. Under Horovod's MPI controller (``mpi``): ``MPI_Abort`` (the convention of
+    mpi4py's ``python -m mpi4py``: an unhandled exception aborts the job rather than deadlock it); under
+    ``horovodrun --gloo``: nothing more, Horovod's own shutdown at exit then ends the others' pending
+    operations and the launcher the job (this rank's status is 1)."""
+    what = f"horovod_torus: rank {rank} ends on an uncaught {type(exc).__name__}"
+    if not mpi:
+        print(f"{what}: no exit check, Horovod's shutdown ends the job", file=sys.stderr, flush=True)
+        return
+    print(f"{what}: ending the job with MPI_Abort", file=sys.stderr, flush=True)
+    from mpi4py import MPI
+
+    MPI.COMM_WORLD.Abort(1)
 
 
 def exit_check_mpi(tc) -> None:

@@ -155,6 +155,8 @@ class AppConfig:
         for name in ("train_examples", "val_examples"):
             if getattr(self.data, name) < 0:
                 raise ValueError(f"{name}={getattr(self.data, name)} must be >= 0 (0: the whole split)")
+        if not self.optim.base_lr > 0:   # NaN too
+            raise ValueError(f"base_lr={self.optim.base_lr} must be > 0 (the learning rate at --base-batch)")
         if not self.optim.warmup_epochs >= 0:   # NaN too
             raise ValueError(f"warmup_epochs={self.optim.warmup_epochs} must be >= 0 (0: no warm-up)")
         mtb = self.train.min_torus_bytes.strip().lower()
@@ -294,9 +296,19 @@ def _start_values(config: str | None, preset: str | None) -> dict[str, dict]:
     """``{section: {field: value}}`` of a ``--config`` file, then a ``--preset`` over it."""
     values: dict[str, dict] = {s: {} for s in _SECTIONS}
     if config:
-        with open(config) as fh:
-            for s, d in json.load(fh).items():
-                values.setdefault(s, {}).update(d)
+        try:
+            with open(config) as fh:
+                loaded = json.load(fh)
+        except OSError as exc:
+            raise ValueError(f"--config {config!r}: {exc.strerror or exc}: pass the path of a JSON file "
+                             f"(e.g. the config.json a run wrote in its output folder)") from None
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"--config {config!r} is not JSON ({exc}): pass a JSON object of sections") from None
+        if not isinstance(loaded, dict) or not all(isinstance(d, dict) for d in loaded.values()):
+            raise ValueError(f"--config {config!r}: expected a JSON object of sections ({', '.join(_SECTIONS)}), "
+                             f"each an object of fields")
+        for s, d in loaded.items():
+            values.setdefault(s, {}).update(d)
     for s, d in PRESETS.get(preset or "", {}).items():
         values[s].update(d)
     return values

@@ -216,7 +216,8 @@ def check_run_inputs(cfg: AppConfig) -> list[str]:
     batch-schedule step the run never reaches).
 
     Raises:
-        ValueError: ``output_dir`` (or a folder above it) is a file, or not writable; the dataset is missing
+        ValueError: ``output_dir`` (or a folder above it) is a file, or not writable, or cannot be made (it is
+            made here, on every rank); the dataset is missing
             (the path and the apt package or layout); an epoch shorter than a global batch of the
             schedule; with ``resume``, a damaged newest checkpoint (its path and the one to resume from).
     """
@@ -253,8 +254,9 @@ def check_run_inputs(cfg: AppConfig) -> list[str]:
 
 
 def _check_output_dir(out: str) -> None:
-    """Raise ValueError when ``out`` cannot be made or written: it, or the nearest existing folder above
-    it, is a file or not writable."""
+    """Make ``out`` (every rank; a folder that exists is kept) or raise ValueError: it, or the nearest
+    existing folder above it, is a file or not writable, or making it fails (a name too long, a file system
+    that refuses it: making it is the one sure check)."""
     path = os.path.abspath(out)
     while not os.path.exists(path):
         path = os.path.dirname(path)
@@ -263,6 +265,13 @@ def _check_output_dir(out: str) -> None:
         raise ValueError(f"--output-dir {out!r} {what}: pass a folder path (it is made if missing)")
     if not os.access(path, os.W_OK | os.X_OK):
         raise ValueError(f"--output-dir {out!r}: {path} is not writable by this user: pass a writable folder")
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"--output-dir {out!r} cannot be made ({exc.strerror or exc}): pass a folder path "
+                         f"this user can create") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise ValueError(f"--output-dir {out!r} is not writable by this user: pass a writable folder")
 
 
 def main(argv: list[str] | None = None) -> int:

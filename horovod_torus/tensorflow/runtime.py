@@ -19,7 +19,7 @@ from horovod_torus.launch import LaunchContext
 from horovod_torus.process_sets import TorusProcessSets
 from horovod_torus.rollcall import channel_for
 from horovod_torus.settings import TorusSettings
-from horovod_torus.stall import exit_check_mpi
+from horovod_torus.stall import end_on_uncaught, exit_check_mpi, job_ending, uncaught_error
 from horovod_torus.tensorflow.guard import ExchangeGuard, exit_check, leave
 from horovod_torus.tensorflow.torus import TorusAllreduce
 from horovod_torus.topology import TorusTopology
@@ -242,6 +242,10 @@ def _register_exit_check() -> None:
         def check():
             current = _current["torus"]
             if current is None or current._horovod.guard is None:
+                return
+            error = uncaught_error()
+            if error is not None and not (current._horovod.guard.stall or job_ending()):
+                end_on_uncaught(current.rank, error, mpi=current.torus_comm is not None)
                 return
             if current.torus_comm is not None:  # every call outside a TF1 Session graph is checked there
                 exit_check_mpi(current.torus_comm)

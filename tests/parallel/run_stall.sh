@@ -22,6 +22,10 @@
 #     with MPI_Abort (rank 3's block raises too);
 # 11. as 1 with every call below the crossover: the numpy API's flat calls, their check and data in one C call
 #     (horovod_torus._native), whose check is still open after its tests and then waited for under the deadline.
+# 12. mpirun: rank 0 ends on an uncaught error (not a torus one) while ranks 1-3 wait in a Horovod broadcast:
+#     the job must end at once (MPI_Abort from rank 0's exit), not at the stall deadline (60 s here; the launch
+#     must end within 45 s);
+# 13. the same under horovodrun --gloo (Horovod's shutdown at rank 0's exit ends the broadcast).
 # Every launcher must exit non-zero. Per-rank results come from STALL_DIR/rank<R>.txt (the launcher's output
 # interleaves), checked against the expected count. Prints "stall: N passed".
 set -uo pipefail
@@ -39,7 +43,7 @@ run_case() {
   [[ " $* " == *" HOROVOD_TORUS_MIN_BYTES="* ]] && xs=("${xs[@]:2}")  # the case's own crossover replaces 0
   cases=$((cases + 1))
   log=$(mktemp /tmp/horovod-torus-stall.XXXXXX); dir=$(mktemp -d /tmp/horovod-torus-stall.XXXXXX)
-  launcher_command cmd "$launcher" --local --np 4 -x HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=10 -x PYTHONPATH="$PWD" \
+  launcher_command cmd "$launcher" --local --np 4 -x HOROVOD_STALL_SHUTDOWN_TIME_SECONDS="${DEADLINE:-10}" -x PYTHONPATH="$PWD" \
     -x STALL_DIR="$dir" -x TF_CPP_MIN_LOG_LEVEL=2 "${xs[@]}" -- "$PYTHON" "$script"
   local attempt
   for attempt in 1 2; do
@@ -61,7 +65,8 @@ run_case() {
     break
   done
   if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$ok" -eq "$ok_n" ] && [ "$fin" -eq "$fin_n" ] \
-     && [ "$said" -ge "$log_n" ] && ! grep -qE "^(KERAS |COLUMN )?STALL WRONG" "$dir/all" && [ "$took" -lt 100 ]; then
+     && [ "$said" -ge "$log_n" ] && ! grep -qE "^(KERAS |COLUMN )?STALL WRONG" "$dir/all" \
+     && [ "$took" -lt "${MAX_TOOK:-100}" ]; then
     passed=$((passed + 1))
     echo "   $launcher $script $*: passed ($launcher exit $rc after ${took} s; $(grep -m1 -E "$ok_re" "$dir/all" | cut -c1-110))"
   else
@@ -95,5 +100,10 @@ run_case mpirun tests/parallel/test_stall_with.py "^WITH STALL OK rank [012] cal
   "MPI_Abort" 1
 run_case mpirun tests/parallel/test_stall_mpi.py "^STALL OK rank [012] call 3 missing \[3\]" 3 "^CLEANUP rank [012]" 3 \
   "MPI_Abort" 1 HOROVOD_TORUS_MIN_BYTES=1000000000000
+crashed='rank 0 ends on an uncaught RuntimeError'
+DEADLINE=60 MAX_TOOK=45 run_case mpirun tests/parallel/test_stall_crash.py "^CRASH rank 0" 1 "^BROADCAST rank [123]$" 3 \
+  "$crashed: ending the job with MPI_Abort" 1
+DEADLINE=60 MAX_TOOK=45 run_case horovodrun tests/parallel/test_stall_crash.py "^CRASH rank 0" 1 "^BROADCAST rank [123]$" 3 \
+  "$crashed: no exit check" 1
 echo "stall: $passed passed, $((cases - passed)) failed"
 [ "$passed" -eq "$cases" ]

@@ -231,3 +231,37 @@ def test_a_shape_mismatch_names_each_ranks_shapes_and_the_op_mismatch_its_names(
         with pytest.raises(ValueError, match=r"op: rank 0 Max, rank 1 Sum"):
             torus_allreduce(tc, np.ones(4, np.float32), op=MPI.MAX if rank == 0 else MPI.SUM)
         np.testing.assert_array_equal(torus_allreduce(tc, np.ones(2, np.float32)), np.full(2, COMM.Get_size()))
+
+
+def _misaligned(n, dtype, fill):
+    """A C-contiguous but unaligned array (numpy's buffer then has no native alignment: mpi4py cannot map it)."""
+    raw = np.zeros(n * np.dtype(dtype).itemsize + 1, np.uint8)[1:]
+    a = raw.view(dtype)
+    a[...] = fill
+    assert a.flags.c_contiguous and not a.flags.aligned
+    return a
+
+
+@pytest.mark.parametrize("path", ["flat", "torus"])
+@pytest.mark.parametrize("count", [5, 1 << 16])
+def test_unaligned_buffers_and_a_recvbuf_that_is_not_an_array(path, count):
+    """An unaligned send buffer (on every rank, or on one rank only) and an unaligned recvbuf give the result
+    of MPI_Allreduce, on both algorithms, the remembered flat call included; a recvbuf that is not a numpy
+    array is a TypeError on every rank before any communication (the next call meets on every rank)."""
+    size, rank = COMM.Get_size(), COMM.Get_rank()
+    with TorusComm.create(COMM, TorusTopology.from_world(size), min_torus_bytes=1 << 40 if path == "flat" else 0,
+                          cache_dir="off") as tc:
+        exp = np.full(count, size * (size + 1) // 2, np.float32)
+        for odd_ranks in ([rank], [0]):   # every rank unaligned; rank 0 only
+            send = _misaligned(count, np.float32, rank + 1) if rank in odd_ranks else np.full(count, rank + 1, np.float32)
+            for _ in range(2):   # the second flat call is the remembered one
+                np.testing.assert_array_equal(torus_allreduce(tc, send), exp)
+                recv = _misaligned(count, np.float32, -1)
+                assert torus_allreduce(tc, send, recv) is recv
+                np.testing.assert_array_equal(recv, exp)
+                inplace = _misaligned(count, np.float32, rank + 1)
+                assert torus_allreduce(tc, inplace, inplace) is inplace
+                np.testing.assert_array_equal(inplace, exp)
+        with pytest.raises(TypeError, match="recvbuf must be a numpy array like sendbuf, or None .* got a list"):
+            torus_allreduce(tc, np.ones(count, np.float32), [0.0] * count)
+        np.testing.assert_array_equal(torus_allreduce(tc, np.ones(count, np.float32)), np.full(count, size, np.float32))

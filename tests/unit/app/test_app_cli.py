@@ -191,6 +191,11 @@ def test_inputs_train_would_meet_late_are_configuration_errors(monkeypatch, tmp_
              (("--output-dir", str(tmp_path / "afile" / "sub")), r"cannot be made: .*afile is a file"),
              (("--data-dir", str(tmp_path / "none")), r"Fashion-MNIST file .* not found in .*apt-get install "
                                                       r"dataset-fashion-mnist"),
+             (("--output-dir", str(tmp_path / ("a" * 300))), r"cannot be made \(File name too long\): pass a folder"),
+             (("--config", str(tmp_path / "none.json")), r"--config '.*none.json': No such file or directory"),
+             (("--config", str(tmp_path / "afile")), r"--config '.*afile' is not JSON"),
+             (("--base-lr", "-1"), r"base_lr=-1.0 must be > 0"),
+             (("--base-lr", "nan"), r"base_lr=nan must be > 0"),
              (("--train-examples", "-5"), r"train_examples=-5 must be >= 0"),
              (("--warmup-epochs", "-1"), r"warmup_epochs=-1.0 must be >= 0"),
              (("--batch-schedule", "0:4096", "--train-examples", "1024"),
@@ -198,6 +203,12 @@ def test_inputs_train_would_meet_late_are_configuration_errors(monkeypatch, tmp_
     for extra, match in cases:
         with pytest.raises(ValueError, match=match):
             train.configure(_cli(tmp_path, *extra), 2)
+    (tmp_path / "list.json").write_text("[1]")
+    with pytest.raises(ValueError, match=r"expected a JSON object of sections \(data, model, optim, train\)"):
+        train.configure(_cli(tmp_path, "--config", str(tmp_path / "list.json")), 2)
+    made = tmp_path / "new" / "out"   # a folder that can be made is made by the check, on every rank
+    train.configure(_cli(tmp_path, "--output-dir", str(made)), 2)
+    assert made.is_dir()
 
 
 def test_a_damaged_checkpoint_to_resume_from_is_a_configuration_error(monkeypatch, tmp_path):

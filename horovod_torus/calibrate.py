@@ -83,6 +83,7 @@ def main(argv=None) -> int:
         return _error(e)
     with tc:
         lines = [f"numpy API, grid {tc.grid}: min_torus_bytes {tc.min_torus_bytes} ({tc.crossover_source})"]
+    sources = [tc.crossover_source]
     if args.tensorflow:
         import horovod_torus.tensorflow as hvd
 
@@ -95,9 +96,16 @@ def main(argv=None) -> int:
         torus([tf.zeros([1])], op=hvd.Sum)   # with a GPU visible the first call resolves it
         lines += [f"TensorFlow torus, transport {t}: min_torus_bytes {v} ({torus.crossover_source[t]})"
                   for t, v in torus.crossover.items()]
+        sources += list(torus.crossover_source.values())
         hvd.shutdown()
     if comm.Get_rank() == 0:
-        print("\n".join(lines) + (f"\ncached in {cache_dir}" if cache_dir else "\nno cache (off)"))
+        if not cache_dir:
+            where = "no cache (off)"
+        elif all(x == "setting" for x in sources):   # one rank: nothing to measure, nothing written
+            where = f"nothing measured (one rank): nothing cached in {cache_dir}"
+        else:
+            where = f"cached in {cache_dir}"
+        print("\n".join(lines) + "\n" + where)
     sys.stdout.flush()
     return 0
 

@@ -6,7 +6,7 @@
 #   IMAGENET_DIR=/groups/GROUP/imagenet qsub -v IMAGENET_DIR ... ; resubmit the same line to resume.
 # rt_HF = a whole node; `select=N` = N nodes. Module names and versions below are examples: `module avail`
 # lists the site's (ABCI 3.0's Open MPI is HPC-X). `-v USE_SSH=1` lets mpirun start ranks on the other
-# nodes over ssh, as in ABCI 3.0's MPI examples. Build the venv once as in README "Cluster".
+# nodes over ssh, as in ABCI 3.0's MPI examples. Build the venv once as in docs/guide/clusters.md.
 #PBS -q rt_HF
 #PBS -l select=1
 #PBS -l walltime=12:00:00
@@ -20,6 +20,7 @@ if [ "${DRY_RUN:-0}" != 1 ]; then
 fi
 
 NPERNODE=${NPERNODE:-8}
+: "${PBS_NODEFILE:?not inside an ABCI 3.0 (PBS) job: submit with qsub (DRY_RUN=1 needs a job too)}"
 NODES=$(sort -u "$PBS_NODEFILE" | wc -l)
 HOSTFILE=${TMPDIR:-/tmp}/hosts.${PBS_JOBID:-$$}
 # the job's hostfile, made here, is removed at exit; a dry run keeps it (its printed mpirun line names it)

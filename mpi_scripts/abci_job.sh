@@ -3,7 +3,7 @@
 # $SGE_LOCALDIR): ResNet-50 on ImageNet, one rank per GPU, grid from horovod_torus.plan, resumable.
 #   qsub -g GROUP -l rt_F=8 -l h_rt=12:00:00 mpi_scripts/abci_job.sh     # 8 nodes = 32 GPUs
 # Resubmit the same line to resume (the output folder does not depend on the job id). Edit the module
-# versions for your site; build the venv once as in README "Cluster".
+# versions for your site; build the venv once as in docs/guide/clusters.md.
 #$ -l rt_F=1
 #$ -l h_rt=12:00:00
 #$ -j y
@@ -15,6 +15,7 @@ if [ "${DRY_RUN:-0}" != 1 ]; then
 fi
 
 NPERNODE=${NPERNODE:-4}
+: "${SGE_JOB_HOSTLIST:?not inside an ABCI (Grid Engine) job: submit with qsub (DRY_RUN=1 needs a job too)}"
 NODES=$(sort -u "$SGE_JOB_HOSTLIST" | wc -l)
 HOSTFILE=${TMPDIR:-/tmp}/hosts.${JOB_ID:-$$}
 # the job's hostfile, made here, is removed at exit; a dry run keeps it (its printed mpirun line names it)

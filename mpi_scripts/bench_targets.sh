@@ -27,24 +27,32 @@ export TF_CPP_MIN_LOG_LEVEL=2 PYTHONWARNINGS=ignore
 mkdir -p "$OUT"; rm -f "$OUT"/allreduce-*.json "$OUT"/train-*.json "$OUT"/targets.json
 export HOROVOD_TORUS_CACHE_DIR="$(cd "$OUT" && pwd)/crossover-cache"; rm -rf "$HOROVOD_TORUS_CACHE_DIR"
 source mpi_scripts/launcher.sh
+if ! [[ $RUNS =~ ^[1-9][0-9]*$ ]]; then echo "bench_targets.sh: RUNS=$RUNS: give a number of rounds >= 1" >&2; exit 2; fi
 run() { local launcher=$1 cmd; shift; launcher_command cmd "$launcher" --local --np "$NP" -- "$@"; "${cmd[@]}"; }
+# filtered REGEX LAUNCHER ARGS...: one launch, its output filtered by REGEX; the script stops when the launch
+# fails (its own error is on stderr), not when the filter finds nothing
+filtered() {
+  local regex=$1 status; shift
+  set +e; run "$@" | grep -E "$regex"; status=${PIPESTATUS[0]}; set -e
+  if [ "$status" -ne 0 ]; then echo "bench_targets.sh: a launch failed (exit $status): $*" >&2; exit 1; fi
+}
 bench=("$PYTHON" -m horovod_torus.bench --sizes "$SIZES" -n "$ITERS" -w "$WARMUP" --grid "$GRID" --min-seconds "$MIN_SECONDS")
 start=$(date +%s)
 for k in $(seq 1 "$RUNS"); do
   if (( k % 2 )); then order="mpi-torus,mpi,torus:horovod,torus:mpi,horovod"; pair="torus horovod"
   else order="mpi,mpi-torus,horovod,torus:mpi,torus:horovod"; pair="horovod torus"; fi
   echo "== round $k of $RUNS: all-reduce under mpirun ($order); $(( $(date +%s) - start )) s so far"
-  run mpirun "${bench[@]}" --strategies "$order" --json "$OUT/allreduce-$k.json" | grep -E "^#.*(transport|wrong)" || true
+  filtered "^#.*(transport|wrong)" mpirun "${bench[@]}" --strategies "$order" --json "$OUT/allreduce-$k.json"
   if [ "$GLOO" = 1 ]; then
     echo "== round $k: all-reduce under horovodrun --gloo (${pair// /,})"
-    run horovodrun "${bench[@]}" --strategies "${pair// /,}" --json "$OUT/allreduce-gloo-$k.json" | grep -E "^#.*wrong" || true
+    filtered "^#.*wrong" horovodrun "${bench[@]}" --strategies "${pair// /,}" --json "$OUT/allreduce-gloo-$k.json"
   fi
   if [ "$TRAIN" = 1 ]; then
     for s in $pair; do
       echo "== round $k: ResNet-50 steps, strategy $s"
-      run mpirun "$PYTHON" -m horovod_torus.bench.train --strategy "$s" --grid "$GRID" --batch-size "${BATCH:-8}" \
-        --image-size "${IMAGE:-64}" --steps "${TRAIN_STEPS:-5}" --warmup-steps 2 --sync-iters 3 \
-        --json "$OUT/train-$s-$k.json" | grep -E "step \(ms\)|images/s" || true
+      filtered "step \(ms\)|images/s" mpirun "$PYTHON" -m horovod_torus.bench.train --strategy "$s" --grid "$GRID" \
+        --batch-size "${BATCH:-8}" --image-size "${IMAGE:-64}" --steps "${TRAIN_STEPS:-5}" --warmup-steps 2 \
+        --sync-iters 3 --json "$OUT/train-$s-$k.json"
     done
   fi
 done

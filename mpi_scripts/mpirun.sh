@@ -19,6 +19,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 NP=${NP:-4}
 NPERNODE=${NPERNODE:-4}
+for v in NP NPERNODE; do
+  if ! [[ ${!v} =~ ^[1-9][0-9]*$ ]]; then echo "mpirun.sh: $v=${!v}: give a number >= 1" >&2; exit 2; fi
+done
 PYTHON=${PYTHON:-$PWD/.venv/bin/python}
 MODULE=${MODULE:-keras_app.train}
 SYSFS=${SYSFS:-/sys}

@@ -138,7 +138,8 @@ def _allreduce_page(docs_dir: str) -> str:
         f"(GB/s) of every strategy, {doc['world_size']} ranks on grid {doc['grid']}, {doc['config']['dtype']}, from "
         "`docs/bench_allreduce.json` (`python -m horovod_torus.bench.report docs/bench_allreduce.json` prints "
         "the same table at chosen sizes). In these files `ring` is the strategy now named `horovod`.",
-        _command(bench_command(doc), "Command (the JSON's `config`; `bash mpi_scripts/bench.sh` runs it)"),
+        _command(bench_command(doc), "Command (the JSON's `config`; `bash mpi_scripts/bench.sh` runs the same sweep "
+                 "with its own defaults: `ITERS`, `WARMUP` and extra arguments such as `--strategies` set the rest)"),
         _facts("Host facts recorded in the JSON", doc["host"]),
         f"Elements that differ from the exact sum, over all {len(doc['rows'])} rows and ranks: "
         f"{_wrong(doc['rows'])}.",

@@ -47,3 +47,17 @@ def test_help_description_is_whole():
     assert ("List the crossover cache, or (under a launcher) calibrate and cache the crossover of this job's key "
             "for the numpy API and, with --tensorflow, the TensorFlow torus.") in text
     assert "``" not in text and main.__doc__.split("\n\n")[0].rstrip().endswith("TensorFlow torus.")
+
+
+def test_one_rank_says_nothing_was_cached(tmp_path):
+    """One rank has no crossover to measure: the summary says nothing was cached (it said "cached in DIR")
+    and the folder is not made."""
+    cache = tmp_path / "cache"
+    out = subprocess.run([sys.executable, "-m", "horovod_torus.calibrate"], capture_output=True, text=True,
+                         timeout=120, cwd=ROOT,
+                         env={**{k: v for k, v in os.environ.items() if not k.startswith(("HOROVOD_TORUS_", "OMPI_", "PMI"))},
+                              "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "3", "HOROVOD_TORUS_CACHE_DIR": str(cache)})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[-2:] == ["numpy API, grid 1x1: min_torus_bytes 0 (setting)",
+                                            f"nothing measured (one rank): nothing cached in {cache}"]
+    assert not cache.exists()

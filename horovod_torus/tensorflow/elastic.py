@@ -46,6 +46,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 from horovod.common.elastic import ObjectState, run_fn
+from horovod.tensorflow.elastic import TensorFlowState
 from horovod.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
 
 from horovod_torus.launch import LaunchContext
@@ -54,7 +55,7 @@ from horovod_torus.tensorflow import runtime
 from horovod_torus.tensorflow.variables import broadcast_variables
 
 __all__ = ["run", "reset", "KerasState", "CommitEvery", "is_rank_lost", "check_elastic_launch",
-           "last_world_change", "RANK_LOST_MARKERS"]
+           "last_world_change", "RANK_LOST_MARKERS", "TensorFlowKerasState", "TensorFlowState", "ObjectState"]
 
 #: Substrings of the messages of errors that mean a rank is gone: Horovod's status after its background
 #: loop failed (horovod/common/common.h SHUT_DOWN_ERROR), and Gloo's transport errors: a peer's socket
@@ -209,6 +210,20 @@ class KerasState(ObjectState):
         for v in list(self.model.trainable_variables) + list(self.optimizer.variables):
             h.update(np.ascontiguousarray(v.numpy()).tobytes())
         return h.hexdigest()
+
+
+class TensorFlowKerasState(KerasState):
+    """:class:`KerasState` under the name and signature of ``horovod.tensorflow.elastic.TensorFlowKerasState``
+    (``model, optimizer=None, backend=None, **kwargs``), so that a script written for Horovod runs with the
+    import swapped: ``backend`` (Keras 2's session backend) is accepted and not used (Keras 3 has none).
+    Horovod's own class is Keras 2 code.
+
+    ``TensorFlowState`` (variables and Python values, no Keras) and ``ObjectState`` (Python values only) are
+    Horovod's own classes (``horovod.tensorflow.elastic``, ``horovod.common.elastic``), re-exported here: they
+    use nothing Keras 2 has and Keras 3 lacks."""
+
+    def __init__(self, model, optimizer=None, backend=None, **kwargs):
+        super().__init__(model, optimizer, **kwargs)
 
 
 class CommitEvery(keras.callbacks.Callback):

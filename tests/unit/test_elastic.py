@@ -235,3 +235,27 @@ def test_records_leave_out_a_line_still_being_written(tmp_path):
     (tmp_path / "elastic").mkdir()
     (tmp_path / "elastic" / "ranks.jsonl").write_text('{"rank": 0}\n{"rank": 1}\n{"ra')
     assert records(str(tmp_path), "ranks") == [{"rank": 0}, {"rank": 1}]
+
+
+def test_horovods_state_names_and_keras_callbacks_work_with_the_import_swapped():
+    """A script written for horovod.tensorflow(.keras).elastic finds its names: TensorFlowState and ObjectState
+    (Horovod's own), TensorFlowKerasState (our Keras 3 state with Horovod's signature, backend unused), and
+    Horovod's Keras callbacks, which drive our KerasState's batch, epoch and commits."""
+    import horovod.common.elastic
+    import horovod.tensorflow.elastic
+
+    from horovod_torus.tensorflow.keras import elastic as kelastic
+
+    assert elastic.TensorFlowState is horovod.tensorflow.elastic.TensorFlowState
+    assert elastic.ObjectState is horovod.common.elastic.ObjectState
+    model = _model()
+    state = elastic.TensorFlowKerasState(model, None, "unused-backend", epoch=5, batch=0)
+    assert isinstance(state, elastic.KerasState) and state.optimizer is model.optimizer and state.epoch == 5
+    commits = []
+    state.commit = lambda: commits.append((state.epoch, state.batch))   # the host check needs a running job
+    callbacks = [kelastic.UpdateBatchStateCallback(state), kelastic.UpdateEpochStateCallback(state),
+                 kelastic.CommitStateCallback(state, batches_per_commit=2)]
+    model.fit(np.ones((8, 3), np.float32), np.zeros((8, 2), np.float32), batch_size=2, epochs=2, verbose=0,
+              callbacks=callbacks)
+    # 4 batches an epoch: commits after batches 2 and 4 and at each epoch's end; the epoch counts on from 5
+    assert commits == [(5, 1), (5, 3), (6, 0), (6, 1), (6, 3), (7, 0)], commits

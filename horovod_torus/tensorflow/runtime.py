@@ -234,8 +234,10 @@ def _register_exit_check() -> None:
     that a rank leaving while others still make torus calls ends the run on every rank at once, and
     exits with status 1 saying why): :func:`horovod_torus.stall.exit_check_mpi` under Horovod's MPI
     controller (where every call is checked on the mpi4py communicator, TF1 Session graphs' excepted),
-    :func:`horovod_torus.tensorflow.guard.exit_check` on the Horovod transport otherwise. Registered after ``hvd.init``,
-    so it runs before Horovod's own atexit shutdown."""
+    :func:`horovod_torus.tensorflow.guard.exit_check` on the Horovod transport otherwise. A process that an
+    uncaught error (not a torus one) ends skips it and ends the job at once
+    (:func:`horovod_torus.stall.end_on_uncaught`). Registered after ``hvd.init``, so it runs before Horovod's
+    own atexit shutdown."""
     if not _current.get("exit_check"):
         _current["exit_check"] = True
 

@@ -254,19 +254,19 @@ def check_run_inputs(cfg: AppConfig) -> list[str]:
 
 
 def _check_output_dir(out: str) -> None:
-    """Make ``out`` (every rank; a folder that exists is kept) or raise ValueError: it, or the nearest
-    existing folder above it, is a file or not writable, or making it fails (a name too long, a file system
-    that refuses it: making it is the one sure check)."""
-    path = os.path.abspath(out)
-    while not os.path.exists(path):
-        path = os.path.dirname(path)
-    if not os.path.isdir(path):
-        what = "is a file" if path == os.path.abspath(out) else f"cannot be made: {path} is a file"
-        raise ValueError(f"--output-dir {out!r} {what}: pass a folder path (it is made if missing)")
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise ValueError(f"--output-dir {out!r}: {path} is not writable by this user: pass a writable folder")
+    """Make ``out`` (every rank; a folder that exists is kept) or raise ValueError naming why not: it is a
+    file, a file is in the way above it, making it fails (no permission, a name too long: making it is the
+    one sure check), or it is not writable."""
     try:
         os.makedirs(out, exist_ok=True)
+    except FileExistsError:  # out itself is a file
+        raise ValueError(f"--output-dir {out!r} is a file: pass a folder path (it is made if missing)") from None
+    except NotADirectoryError:  # a file above it: name it (the nearest existing path above out)
+        path = os.path.dirname(os.path.abspath(out))
+        while not os.path.exists(path):
+            path = os.path.dirname(path)
+        raise ValueError(f"--output-dir {out!r} cannot be made: {path} is a file: pass a folder path (it is made "
+                         f"if missing)") from None
     except OSError as exc:
         raise ValueError(f"--output-dir {out!r} cannot be made ({exc.strerror or exc}): pass a folder path "
                          f"this user can create") from None

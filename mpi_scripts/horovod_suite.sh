@@ -1,32 +1,48 @@
 #!/usr/bin/env bash
-# Horovod 0.28.1's own TensorFlow test file against horovod_torus, with only its import line swapped.
+# Horovod 0.28.1's own TensorFlow test files against horovod_torus, with only their import line swapped.
 #   git clone --branch v0.28.1 https://github.com/horovod/horovod /path/to/horovod   (not shipped here)
 #   bash mpi_scripts/horovod_suite.sh /path/to/horovod [pytest args, e.g. -k allreduce]
-# Copies test/parallel/test_tensorflow.py, test/parallel/base_test_tensorflow.py and test/utils/common.py
-# to a temporary directory, replaces `import horovod.tensorflow as hvd` by `import horovod_torus.tensorflow
-# as hvd` (STOCK=1 keeps Horovod's), and runs it on NP ranks (4: a 2x2 torus) under mpirun; each rank's
-# log and JUnit XML are kept in OUT (default runs/horovod_suite). About 30 minutes on 2 cores.
+# SUITE picks the file of test/parallel: test_tensorflow.py (default; with base_test_tensorflow.py and
+# test/utils/common.py) or test_tensorflow2_keras.py (the Keras layer; its Keras 2 calls made Keras 3 and
+# its Keras 2-only tests skipped by python -m tools.horovod_tests, which says why; `make test` runs it from
+# the copy in tests/horovod_v0.28.1). The files are copied to a temporary directory, `import
+# horovod.tensorflow[.keras] as hvd` becomes `import horovod_torus.tensorflow[.keras] as hvd` (STOCK=1 keeps
+# Horovod's), and it runs on NP ranks (4: a 2x2 torus) under mpirun; each rank's log and JUnit XML are kept
+# in OUT (default runs/horovod_suite), and each rank's pytest summary is printed.
+# test_tensorflow.py takes about 7 minutes on 2 cores, test_tensorflow2_keras.py about 20 seconds.
 set -euo pipefail
 src=${1:?usage: horovod_suite.sh HOROVOD_CHECKOUT [pytest args...]}; shift
 root=$(cd "$(dirname "$0")/.." && pwd)
 NP=${NP:-4}; OUT=${OUT:-$root/runs/horovod_suite}; PYTHON=${PYTHON:-$root/.venv/bin/python}
-for f in test/parallel/test_tensorflow.py test/parallel/base_test_tensorflow.py test/utils/common.py; do
+SUITE=${SUITE:-test_tensorflow.py}
+case "$SUITE" in
+  test_tensorflow.py) files="test/parallel/test_tensorflow.py test/parallel/base_test_tensorflow.py test/utils/common.py" ;;
+  test_tensorflow2_keras.py) files="test/parallel/test_tensorflow2_keras.py" ;;
+  *) echo "ERROR: SUITE=$SUITE: use test_tensorflow.py or test_tensorflow2_keras.py" >&2; exit 2 ;;
+esac
+for f in $files; do
   [ -f "$src/$f" ] || { echo "ERROR: $src/$f not found: pass a checkout of Horovod v0.28.1" >&2; exit 2; }
 done
-mkdir -p "$OUT"; work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
-cp "$src/test/parallel/test_tensorflow.py" "$src/test/parallel/base_test_tensorflow.py" "$src/test/utils/common.py" "$work/"
+mkdir -p "$OUT"; rm -f "$OUT"/rank-*.log "$OUT"/junit-*.xml; work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+for f in $files; do cp "$src/$f" "$work/"; done
 echo 'from unittest.mock import *  # common.py imports the old `mock` package' > "$work/mock.py"
-[ -n "${STOCK:-}" ] || sed -i 's/^import horovod.tensorflow as hvd$/import horovod_torus.tensorflow as hvd/' "$work/test_tensorflow.py"
-grep -m1 "^import horovod" "$work/test_tensorflow.py"
+"$PYTHON" -c "import parameterized" 2>/dev/null || cp "$root/mpi_scripts/parameterized_shim.py" "$work/parameterized.py"
+if [ "$SUITE" = test_tensorflow2_keras.py ]; then  # the import swap and the file's Keras 3 changes
+  (cd "$root" && "$PYTHON" -m tools.horovod_tests "$work/$SUITE" ${STOCK:+--stock})
+else
+  [ -n "${STOCK:-}" ] || sed -i 's/^import horovod.tensorflow as hvd$/import horovod_torus.tensorflow as hvd/' "$work/$SUITE"
+fi
+grep "^import horovod" "$work/$SUITE"
 export PYTHONPATH="$root:$work" TF_CPP_MIN_LOG_LEVEL=2 PYTHONWARNINGS=ignore HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=${HOROVOD_STALL_SHUTDOWN_TIME_SECONDS:-60}
 args=$(printf '%q ' "$@")
 source "$root/mpi_scripts/launcher.sh"
 launcher_command cmd mpirun --local --np "$NP" -- \
-  bash -c "exec '$PYTHON' -m pytest -p no:cacheprovider -q -rf --junitxml='$OUT'/junit-\$OMPI_COMM_WORLD_RANK.xml $args test_tensorflow.py > '$OUT'/rank-\$OMPI_COMM_WORLD_RANK.log 2>&1"
+  bash -c "exec '$PYTHON' -m pytest -p no:cacheprovider -q -rfs --junitxml='$OUT'/junit-\$OMPI_COMM_WORLD_RANK.xml $args $SUITE > '$OUT'/rank-\$OMPI_COMM_WORLD_RANK.log 2>&1"
 cd "$work"
 set +e
 "${cmd[@]}"
 rc=$?
 tail -n 12 "$OUT/rank-0.log"
-echo "horovod_suite.sh: exit $rc; logs in $OUT"
+for ((r = 0; r < NP; r++)); do echo "rank $r: $(tail -n 1 "$OUT/rank-$r.log" 2>/dev/null)"; done
+echo "horovod_suite.sh: $SUITE on $NP ranks, exit $rc; logs in $OUT"
 exit $rc

@@ -224,9 +224,33 @@ def _cluster_bench_page(docs_dir: str) -> str:
                         + f"\n\nRatios against the targets ({wiring} wiring):\n\n"
                         + format_targets(doc["targets"][wiring]))
     sections.append("![all-reduce time against size on the emulated cluster; dashed: the model](../cluster_bench.png)")
+    if os.path.exists(os.path.join(docs_dir, RERUN)):
+        sections += _cluster_rerun_sections(_load(docs_dir, RERUN))
     return _page("All-reduce on an emulated cluster (cluster in a box)", doc["description"] + ", from "
                  "`docs/cluster_bench.json`. The set-up, the model and what the emulation does not model: "
                  "[Cluster in a box](../guide/cluster_in_a_box.md).", *sections)
+
+
+#: A later run of the same command, on another host, kept beside docs/cluster_bench.json: the cost model it is
+#: scored with was chosen on the first run's rows, so this one checks it out of sample.
+RERUN = "cluster_bench_rerun.json"
+
+
+def _cluster_rerun_sections(doc: dict) -> list[str]:
+    """The rerun's section: when and where, its planner counts and its target ratios per wiring (its every
+    row is in the JSON)."""
+    from tools.cluster.results import format_targets
+
+    host = doc.get("host", {})
+    out = [f"## The same command again, out of sample\n\n`docs/{RERUN}`: the same command on "
+           f"{host.get('cpu_model', 'an unrecorded CPU')} ({host.get('cpu_count', '?')} cores), started "
+           f"{min((x['utc'] for x in doc.get('load', [])), default='?')}, scored by the cost model the first run's "
+           "rows chose (the Horovod-ops torus under mpirun with its columns in turn, among others); every row, "
+           "its prediction and the run's calibration are in the JSON."]
+    out += _cluster_repeat_facts(doc)
+    for wiring in doc["wirings"]:
+        out.append(f"Ratios against the targets ({wiring} wiring, this run):\n\n" + format_targets(doc["targets"][wiring]))
+    return out
 
 
 def _cluster_repeat_facts(doc: dict) -> list[str]:

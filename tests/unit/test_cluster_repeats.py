@@ -287,7 +287,7 @@ def _new_format_doc():
 
 def test_results_page_on_old_and_new_bench_json(tmp_path):
     docs = tmp_path / "docs"
-    shutil.copytree(DOCS, docs, ignore=shutil.ignore_patterns("_build", "results"))
+    shutil.copytree(DOCS, docs, ignore=shutil.ignore_patterns("_build", "results", docs_results.RERUN))
     shutil.copy(ONE_LAUNCH, docs / "cluster_bench.json")
     old = docs_results._cluster_bench_page(str(docs))  # the old format: no launches, no planner counts
     assert "| comparison | size | ratio | target | met |" in old and "Launches per row" not in old
@@ -300,6 +300,21 @@ def test_results_page_on_old_and_new_bench_json(tmp_path):
     block = docs_results.readme_blocks(str(docs))["cluster-bench"]
     assert block.splitlines()[0].startswith("| comparison | size | ratio, median [per-launch min-max]")
     assert "predicted" not in block and "mpi-ring (mpirun) / " not in block
+
+
+def test_a_rerun_beside_the_bench_json_gets_its_own_section():
+    """docs/cluster_bench_rerun.json (the same command later, another host): its machine, start, planner
+    counts and targets per wiring follow the first run's section; without the file there is no section."""
+    rerun = json.loads((DOCS / docs_results.RERUN).read_text())
+    page = docs_results._cluster_bench_page(str(DOCS))
+    head, _, section = page.partition("## The same command again, out of sample")
+    assert section and f"the same command on {rerun['host']['cpu_model']} ({rerun['host']['cpu_count']} cores)" in section
+    assert f"started {rerun['load'][0]['utc']}" in section
+    assert section.count("Ratios against the targets (") == len(rerun["wirings"]) and rerun["targets"]["rails"]
+    counts = rerun["planner_passes"]["8 and 32 MiB"]["rails"]
+    assert (f"rails: planner / measured within 0.75-1.33 for {counts['passed']} of {counts['rows']} rows out of "
+            "sample (8 and 32 MiB)") in section
+    assert "## The same command again" not in head
 
 
 def test_the_committed_cluster_bench_names_the_machine():

@@ -128,3 +128,19 @@ def test_buckets_cut_in_reverse_order_by_bytes():
         ReductionOptions(strategy=rec, groups=2, bucket_bytes=8)
     with pytest.raises(ValueError, match="bucket_bytes=0"):
         ReductionOptions(strategy=rec, bucket_bytes=0)
+
+
+def test_horovods_aggregation_counter_reads_the_passes_since_the_last_all_reduce():
+    """``opt._agg_helper.counter`` (Horovod's private helper, which its own test_tensorflow2_keras.py reads):
+    the backward passes since the last all-reduce, None with one pass per step, as in Horovod."""
+    assert khvd.DistributedOptimizer(keras.optimizers.SGD(0.1), strategy=Recording())._agg_helper is None
+    rec = Recording()
+    opt = khvd.DistributedOptimizer(keras.optimizers.SGD(0.1), strategy=rec, backward_passes_per_step=2)
+    with pytest.raises(AttributeError, match="not built yet"):
+        opt._agg_helper.counter
+    v = tf.Variable([1.0, 2.0])
+    seen = []
+    for _ in range(3):
+        opt.apply([tf.constant([1.0, 1.0])], [v])
+        seen.append(int(opt._agg_helper.counter.numpy()))
+    assert seen == [1, 0, 1] and len(rec.calls) == 1  # one all-reduce, at the second pass

@@ -260,11 +260,9 @@ def analyse(args, raw, facts) -> dict:
         ref_spec = ClusterSpec(nodes=n, ranks_per_node=L, wiring=ref_wiring, rate_mbit=rate, name=args.name)
         efficiency, ex_rms = fit_exchange_efficiency(
             ex_rows, make_cluster(n, L, ref_spec.nics, intra, nic_link, name="reference"))
-    clusters = {}
-    for wiring in wirings:
-        spec = ClusterSpec(nodes=n, ranks_per_node=L, wiring=wiring, rate_mbit=rate, name=args.name)
-        clusters[wiring] = make_cluster(n, L, spec.nics, intra, nic_link, name=f"cluster-in-a-box {wiring}",
-                                        exchange_efficiency=efficiency)
+    specs = _wiring_clusters(n, L, wirings, rate, args.name, intra, nic_link, efficiency)
+    clusters = {wiring: cluster for wiring, (_, cluster) in specs.items()}
+    for wiring, (spec, _) in specs.items():
         desc = spec.planner_description(inter_latency_us=nic_link.alpha * 1e6, intra_latency_us=intra.alpha * 1e6,
                                         intra_bandwidth_gbps=intra.bandwidth / 1e9)
         desc["inter"]["bandwidth_gbps"] = nic_link.bandwidth * spec.nics / 1e9
@@ -281,6 +279,19 @@ def analyse(args, raw, facts) -> dict:
                    "exchange_efficiency": efficiency, "exchange_rms_relative_residual": ex_rms}
     return {**scored, "calibration": calibration, "host": machine, "ranks_per_host": hosts, "grid": grid,
             "wirings": wirings}
+
+
+def _wiring_clusters(n: int, L: int, wirings, rate_mbit, name: str, intra, nic_link, efficiency: float) -> dict:
+    """``{wiring: (ClusterSpec, costmodel cluster)}`` of the emulated ``n`` nodes x ``L`` ranks in each of
+    ``wirings``, with the calibrated links (``intra``, ``nic_link``: :class:`horovod_torus.costmodel.Link`,
+    seconds and bytes/s) and the pairwise-exchange efficiency: the one place :func:`analyse` and
+    :func:`rescore` build the clusters they predict with."""
+    specs = {}
+    for wiring in wirings:
+        spec = ClusterSpec(nodes=n, ranks_per_node=L, wiring=wiring, rate_mbit=rate_mbit, name=name)
+        specs[wiring] = spec, make_cluster(n, L, spec.nics, intra, nic_link, name=f"cluster-in-a-box {wiring}",
+                                           exchange_efficiency=efficiency)
+    return specs
 
 
 #: The keys :func:`score` adds to a row.
@@ -310,12 +321,9 @@ def rescore(doc: dict) -> dict:
     n, L = cfg["nodes"], cfg["ranks_per_node"]
     nic_link = Link(alpha=c["inter_alpha_s"], bandwidth=c["inter_bandwidth_Bps_per_nic"])
     intra = Link(alpha=c["intra_alpha_s"], bandwidth=c["intra_bandwidth_Bps"])
-    clusters = {}
-    for wiring in doc["wirings"]:
-        spec = ClusterSpec(nodes=n, ranks_per_node=L, wiring=wiring, rate_mbit=parse_rate(cfg["rate"]),
-                           name=cfg.get("name", "htcb"))
-        clusters[wiring] = make_cluster(n, L, spec.nics, intra, nic_link, name=f"cluster-in-a-box {wiring}",
-                                        exchange_efficiency=c["exchange_efficiency"])
+    clusters = {wiring: cluster for wiring, (_, cluster) in _wiring_clusters(
+        n, L, doc["wirings"], parse_rate(cfg["rate"]), cfg.get("name", "htcb"), intra, nic_link,
+        c["exchange_efficiency"]).items()}
 
     refs = [reference(c["reference"])] + ([reference(c["exchange_reference"])] if c.get("exchange_reference") else [])
     rows = [{k: v for k, v in r.items() if k not in SCORE_KEYS} for r in doc["rows"]]

@@ -46,8 +46,20 @@ def main():
             allreduce_buffer(tc, x, sig, op="sum", out=out)
     def api():
         torus_allreduce(tc, x)
+    def api_out():
+        torus_allreduce(tc, x, out)
+    native = tc.native
+    from horovod_torus.mpi import _native_handles
+    handles = _native_handles(x.dtype, "sum")
+    both2, red2 = np.zeros(40, np.int64), np.zeros(40, np.int64)
+    fcomm = tc._fcomm
+    def c_prebound():
+        status, h = native.check_flat(fcomm, both2, red2, 16, x, out, *handles)
+        if status == 1:  # the check still open after 16 tests: finish it, then the data (as TorusComm does)
+            MPI.Request.f2py(h).Wait()
+            tc.comm.Allreduce(x, out, op=MPI.SUM)
 
-    cases = {"bare": bare, "ibare(polled)": ibare, "check+flat": check_flat, "check(yield)+flat": check_yield_flat, "check(block)+flat": check_block_flat, "allreduce_buffer": buffer, "torus_allreduce": api}
+    cases = {"bare": bare, "ibare(polled)": ibare, "check+flat": check_flat, "check(yield)+flat": check_yield_flat, "check(block)+flat": check_block_flat, "allreduce_buffer": buffer, "torus_allreduce": api, "torus_allreduce(out)": api_out, "C prebound": c_prebound}
     res = {k: [] for k in cases}
     for rep in range(reps):
         for k, f in cases.items():

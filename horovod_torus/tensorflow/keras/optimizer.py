@@ -44,6 +44,15 @@ class _DistributedOptimizerMixin:
                                                   name="hvd_backward_passes")
         self._hvd_state.assign_pending()
 
+    @property
+    def _agg_helper(self):
+        """Horovod's name for its gradient-aggregation helper, whose ``counter`` scripts and Horovod's own
+        tests read (``opt._agg_helper.counter.numpy()``): here a view whose ``counter`` is the backward passes
+        since the last all-reduce, ``count % backward_passes_per_step`` (int64 scalar tensor, Horovod's
+        value); None when backward_passes_per_step is 1, as in Horovod. Raises AttributeError naming the fix
+        before the optimizer is built (its count does not exist yet)."""
+        return _AggregationView(self) if self._hvd_passes > 1 else None
+
     def _hvd_own_variables(self) -> list:
         """The variables the wrapper adds: the accumulators, then the count (none when k == 1)."""
         if not hasattr(self, "_hvd_counter"):
@@ -124,6 +133,22 @@ class _DistributedOptimizerMixin:
             return tf.constant(False)
 
         return tf.cond(tf.equal(tf.math.floormod(count, passes), 0), update, skip)
+
+
+class _AggregationView:
+    """What scripts read of Horovod's ``LocalGradientAggregationHelper``: its ``counter``."""
+
+    __slots__ = ("_opt",)
+
+    def __init__(self, opt):
+        self._opt = opt
+
+    @property
+    def counter(self) -> tf.Tensor:
+        if not hasattr(self._opt, "_hvd_counter"):
+            raise AttributeError("the optimizer is not built yet: its backward-pass count exists from the first "
+                                 "apply() (or optimizer.build(variables))")
+        return tf.math.floormod(self._opt._hvd_counter, self._opt._hvd_passes)
 
 
 def _refuse_xla() -> None:

@@ -1,0 +1,49 @@
+"""tools.horovod_tests: the Keras 3 changes to Horovod 0.28.1's own test_tensorflow2_keras.py (the copy in
+tests/horovod_v0.28.1, run by `make test` through mpi_scripts/horovod_suite.sh)."""
+import ast
+import os
+import re
+
+import pytest
+
+from tools import horovod_tests as ht
+from tools.horovod_examples import ChangeError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SOURCE = os.path.join(ROOT, "tests", "horovod_v0.28.1", "test", "parallel", "test_tensorflow2_keras.py")
+
+
+@pytest.fixture(scope="module")
+def original():
+    with open(SOURCE) as f:
+        return f.read()
+
+
+def test_every_change_edits_horovods_file_and_the_result_is_python(original):
+    out = ht.transform(original)
+    ast.parse(out)
+    assert re.findall(r"^import horovod\S* as hvd\S*$", out, re.M) == ["import horovod.keras as hvd_keras",
+                                                                     "import horovod_torus.tensorflow.keras as hvd"]
+    assert "import horovod_torus.tensorflow.keras as hvd\n" in out
+    for gone in ("(lr=", ".optimizer.lr.", "losses.mean_squared_error", "experimental_run_tf_function", ".ref()"):
+        assert gone in original and gone not in out, gone
+    for name, why in ht.KERAS2_ONLY.items():
+        assert re.search(rf"@pytest\.mark\.skip\(reason={re.escape(repr('Keras 2 only: ' + why))}\)\n +def {name}\(self",
+                         out), name
+    # every assertion is Horovod's own: the same number of assert statements and assert* calls
+    count = lambda s: len(re.findall(r"\bassert", s))  # noqa: E731
+    assert count(out) == count(original)
+
+
+def test_stock_keeps_horovods_import_and_makes_the_same_keras_3_changes(original):
+    stock, ours = ht.transform(original, stock=True), ht.transform(original)
+    assert "import horovod.tensorflow.keras as hvd\n" in stock
+    assert stock.replace("import horovod.tensorflow.keras as hvd\n", "") == \
+        ours.replace("import horovod_torus.tensorflow.keras as hvd\n", "")
+
+
+def test_a_file_without_the_lines_a_change_edits_is_an_error_naming_it():
+    with pytest.raises(ChangeError, match="learning_rate_argument"):
+        ht.learning_rate_argument("opt = keras.optimizers.RMSprop(learning_rate=0.1)\n")
+    with pytest.raises(ChangeError, match=r"skip_keras2_only\(test_legacy_optimizer\)"):
+        ht.skip_keras2_only("    def test_other(self):\n        pass\n")

@@ -23,7 +23,8 @@ esac
 for f in $files; do
   [ -f "$src/$f" ] || { echo "ERROR: $src/$f not found: pass a checkout of Horovod v0.28.1" >&2; exit 2; }
 done
-mkdir -p "$OUT"; rm -f "$OUT"/rank-*.log "$OUT"/junit-*.xml; work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd)  # absolute: the ranks run in the temporary directory
+rm -f "$OUT"/rank-*.log "$OUT"/junit-*.xml; work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 for f in $files; do cp "$src/$f" "$work/"; done
 echo 'from unittest.mock import *  # common.py imports the old `mock` package' > "$work/mock.py"
 "$PYTHON" -c "import parameterized" 2>/dev/null || cp "$root/mpi_scripts/parameterized_shim.py" "$work/parameterized.py"
@@ -42,7 +43,11 @@ cd "$work"
 set +e
 "${cmd[@]}"
 rc=$?
-tail -n 12 "$OUT/rank-0.log"
-for ((r = 0; r < NP; r++)); do echo "rank $r: $(tail -n 1 "$OUT/rank-$r.log" 2>/dev/null)"; done
+tail -n 12 "$OUT/rank-0.log"; echo
+for ((r = 0; r < NP; r++)); do  # pytest's last line, e.g. "6 passed, 8 skipped in 11.5s", when the rank got there
+  last=$(tail -n 1 "$OUT/rank-$r.log" 2>/dev/null)
+  [[ "$last" =~ (passed|failed|error|skipped|deselected|no\ tests\ ran).*\ in\ [0-9.]+s ]] || last="no pytest summary: the rank ended early (see $OUT/rank-$r.log)"
+  echo "rank $r: $last"
+done
 echo "horovod_suite.sh: $SUITE on $NP ranks, exit $rc; logs in $OUT"
 exit $rc

@@ -246,7 +246,9 @@ def _cluster_rerun_sections(doc: dict) -> list[str]:
            f"{host.get('cpu_model', 'an unrecorded CPU')} ({host.get('cpu_count', '?')} cores), started "
            f"{min((x['utc'] for x in doc.get('load', [])), default='?')}, scored by the cost model the first run's "
            "rows chose (the Horovod-ops torus under mpirun with its columns in turn, among others); every row, "
-           "its prediction and the run's calibration are in the JSON."]
+           "its prediction and the run's calibration are in the JSON. Single launches on this emulator swing up "
+           "to 2x (the per-launch min-max below): a target met in one run and missed in the other is not "
+           "settled by either."]
     out += _cluster_repeat_facts(doc)
     for wiring in doc["wirings"]:
         out.append(f"Ratios against the targets ({wiring} wiring, this run):\n\n" + format_targets(doc["targets"][wiring]))
@@ -262,7 +264,7 @@ def _cluster_repeat_facts(doc: dict) -> list[str]:
         return []
     c = doc["config"]
     out = [f"Launches per row: {c['repeats']} at {', '.join(c['repeat_sizes']) or 'no size'} (the whole sweep once, "
-           f"then {c['repeat_iters']} timed iterations per row in each repeat, the launch groups' order reversed "
+           f"then {c['repeat_iters']} timed iteration{'s' if c['repeat_iters'] != 1 else ''} per row in each repeat, the launch groups' order reversed "
            f"every other repeat), 1 at the other sizes; `min_torus_bytes` {c['min_torus_bytes']}"
            + (f"; the launches took {doc['elapsed_s'] / 60:.0f} min" if doc.get("elapsed_s") else "")
            + (f" (expected {doc['estimate_s'] / 60:.0f} min)" if doc.get("estimate_s") else "") + "."]

@@ -18,7 +18,7 @@ import argparse
 import re
 import sys
 
-from tools.horovod_examples import _sub, swap_import
+from tools.horovod_examples import ChangeError, _sub, swap_import
 
 __all__ = ["CHANGES", "KERAS2_ONLY", "horovod_torus_import", "learning_rate_argument", "learning_rate_attribute",
            "mse_loss_name", "drop_experimental_run_tf_function", "variable_identity", "skip_keras2_only",
@@ -93,9 +93,18 @@ def main(argv=None) -> int:
     p.add_argument("file", help="a copy of Horovod 0.28.1's test/parallel/test_tensorflow2_keras.py (rewritten)")
     p.add_argument("--stock", action="store_true", help="keep `import horovod.tensorflow.keras as hvd`")
     args = p.parse_args(argv)
-    with open(args.file) as f:
-        src = f.read()
-    out = transform(src, stock=args.stock)
+    try:
+        with open(args.file) as f:
+            src = f.read()
+        out = transform(src, stock=args.stock)
+    except OSError as exc:
+        print(f"tools.horovod_tests: cannot read {args.file}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    except ChangeError as exc:
+        print(f"tools.horovod_tests: {args.file}: the change {str(exc).split(':')[0]} found none of the lines it "
+              "edits: pass an unmodified copy of Horovod v0.28.1's test/parallel/test_tensorflow2_keras.py (a file "
+              "this tool rewrote already cannot be rewritten again)", file=sys.stderr)
+        return 2
     with open(args.file, "w") as f:
         f.write(out)
     print(re.search(r"^import horovod\.?\S* as hvd$|^import horovod_torus\S* as hvd$", out, re.M).group(0),

@@ -47,3 +47,15 @@ def test_a_file_without_the_lines_a_change_edits_is_an_error_naming_it():
         ht.learning_rate_argument("opt = keras.optimizers.RMSprop(learning_rate=0.1)\n")
     with pytest.raises(ChangeError, match=r"skip_keras2_only\(test_legacy_optimizer\)"):
         ht.skip_keras2_only("    def test_other(self):\n        pass\n")
+
+
+def test_the_command_line_rewrites_once_and_says_why_it_cannot_twice(tmp_path, original, capsys):
+    path = tmp_path / "test_tensorflow2_keras.py"
+    path.write_text(original)
+    assert ht.main([str(path)]) == 0 and path.read_text() == ht.transform(original)
+    assert ht.main([str(path)]) == 2  # already rewritten: one line, the file untouched
+    err = capsys.readouterr().err
+    assert "the change swap_import found none of the lines it edits" in err and "rewrote already" in err
+    assert path.read_text() == ht.transform(original)
+    assert ht.main([str(tmp_path / "none.py")]) == 2
+    assert "cannot read" in capsys.readouterr().err

@@ -116,5 +116,7 @@ def format_planner_counts(counts: dict, what: str) -> str:
     """One line per wiring: ``node: 30 of 52 rows within 0.75-1.33 (out of sample); calibration 10 of 13``."""
     lo, hi = PLANNER_RANGE
     return "\n".join(f"{w}: planner / measured within {lo}-{hi} for {c['passed']} of {c['rows']} rows "
-                     f"out of sample ({what}); {c['calibration_passed']} of {c['calibration_rows']} fitted rows"
+                     f"out of sample ({what}); "
+                     + (f"{c['calibration_passed']} of {c['calibration_rows']} fitted rows" if c["calibration_rows"]
+                        else "no fitted rows on this wiring (the links were fitted on the other)")
                      for w, c in counts.items())

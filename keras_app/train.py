@@ -189,6 +189,9 @@ def configure(argv: list[str] | None, size: int, local_size: int | None = None) 
     from keras_app.schedules import round_batch_schedule
 
     cfg, explicit = parse_command_line(argv)
+    # a leading ~ the shell left alone (--output-dir=~/runs, a --config file) is the home folder, not a folder "~"
+    cfg.data.data_dir, cfg.data.manual_dir, cfg.train.output_dir = (
+        os.path.expanduser(p) for p in (cfg.data.data_dir, cfg.data.manual_dir, cfg.train.output_dir))
     notes = []
     if cfg.train.elastic:   # the world size changes: any global batch, split unevenly (keras_app.elastic)
         from keras_app.elastic import check_elastic_config
@@ -225,7 +228,6 @@ def check_run_inputs(cfg: AppConfig) -> list[str]:
     from keras_app.checkpoint import CheckpointError, CheckpointStore
     from keras_app.schedules import batch_stages, parse_batch_schedule, steps_per_epoch
 
-    _check_output_dir(cfg.train.output_dir)
     try:
         if cfg.data.dataset == "fashion_mnist" or cfg.data.train_examples:   # cheap to count
             n_train = data.num_examples(cfg.data, train=True)
@@ -235,6 +237,7 @@ def check_run_inputs(cfg: AppConfig) -> list[str]:
             data.tfrecord_files(cfg.data, train=True)
     except FileNotFoundError as exc:
         raise ValueError(str(exc)) from None
+    _check_output_dir(cfg.train.output_dir)  # after the data: a run refused for its data makes no folder
     if cfg.train.resume:
         store = CheckpointStore(os.path.join(cfg.train.output_dir, "checkpoints"))
         if store.epochs():

@@ -209,6 +209,14 @@ def test_inputs_train_would_meet_late_are_configuration_errors(monkeypatch, tmp_
     made = tmp_path / "new" / "out"   # a folder that can be made is made by the check, on every rank
     train.configure(_cli(tmp_path, "--output-dir", str(made)), 2)
     assert made.is_dir()
+    # refused for its data: no folder made; a leading ~ (left by the shell after =) is the home folder
+    with pytest.raises(ValueError, match="not found"):
+        train.configure(_cli(tmp_path, "--data-dir", str(tmp_path / "none"), "--output-dir",
+                             str(tmp_path / "never")), 2)
+    assert not (tmp_path / "never").exists()
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    cfg, _ = train.configure(_cli(tmp_path, "--output-dir=~/runs/x"), 2)
+    assert cfg.train.output_dir == str(tmp_path / "home" / "runs" / "x") and (tmp_path / "home" / "runs" / "x").is_dir()
 
 
 def test_a_damaged_checkpoint_to_resume_from_is_a_configuration_error(monkeypatch, tmp_path):

@@ -113,6 +113,40 @@ def test_save_and_hvd_load_model_restore_every_variable_exactly(tmp_path, k, mix
             np.testing.assert_allclose(np.array(a), np.array(b), rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.parametrize("k", [1, 2, 4])
+def test_loss_scale_optimizer_around_the_wrapper_loads_in_its_form(tmp_path, k):
+    """LossScaleOptimizer(DistributedOptimizer(opt, k)) (the second mixed-precision form) comes back from
+    hvd.load_model with every variable, the partial gradient sum included, and trains on identically;
+    with k > 1 in that form (the file has the wrapper's state inside the LossScaleOptimizer)."""
+    with policy(True):
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4), keras.layers.Dense(2)])
+        dist = khvd.DistributedOptimizer(keras.optimizers.Adam(0.01), backward_passes_per_step=k,
+                                         strategy=identity)
+        opt = keras.optimizers.LossScaleOptimizer(dist, initial_scale=64.0, dynamic_growth_steps=3)
+        model.compile(optimizer=opt, loss="mse", jit_compile=False)
+        x, y = _data()
+        model.fit(x, y, batch_size=2, epochs=1, shuffle=False, verbose=0)
+        assert int(np.array(opt.dynamic_scale)) == 128          # grown once: the scale is state too
+        path = str(tmp_path / "m.keras")
+        model.save(path)
+        assert saved_backward_passes(path, "optimizer/inner_optimizer") == (None if k == 1 else k)
+        loaded = khvd.load_model(path, strategy=identity)
+        _assert_state_equal(loaded.optimizer, opt)
+        if k > 1:
+            assert isinstance(loaded.optimizer, keras.optimizers.LossScaleOptimizer)
+            inner = loaded.optimizer.inner_optimizer
+            assert khvd.is_distributed_optimizer(inner) and inner._hvd_passes == k
+            assert loaded.optimizer.dynamic_growth_steps == 3
+            assert int(np.array(_own(opt)[-1])) == STEPS and np.any(np.array(_own(opt)[0]))  # a partial sum
+        x, y = _data(3)
+        model.fit(x, y, batch_size=2, epochs=1, shuffle=False, verbose=0)
+        loaded.fit(x, y, batch_size=2, epochs=1, shuffle=False, verbose=0)
+        _assert_state_equal(loaded.optimizer, opt)
+        for a, b in zip(loaded.weights, model.weights):
+            np.testing.assert_allclose(np.array(a), np.array(b), rtol=1e-6, atol=1e-7)
+
+
 @pytest.mark.parametrize("k, mixed", CASES, ids=IDS)
 def test_plain_keras_load_model_restores_iterations_and_moments(tmp_path, k, mixed):
     with policy(mixed):

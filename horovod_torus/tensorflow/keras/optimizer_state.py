@@ -22,10 +22,11 @@ import numpy as np
 import tensorflow as tf
 from keras.src.saving.keras_saveable import KerasSaveable   # not exported; the base _walk_saveable visits
 
-__all__ = ["STATE_ATTR", "WrapperState", "saved_backward_passes"]
+__all__ = ["INNER_OPTIMIZER", "STATE_ATTR", "WrapperState", "saved_backward_passes"]
 
 STATE_ATTR = "_hvd_state"               # the optimizer attribute (and h5 group) of the wrapper's variables
 _PASSES_KEY = "backward_passes_per_step"
+INNER_OPTIMIZER = "optimizer/inner_optimizer"   # a LossScaleOptimizer's inner optimizer in a .keras file
 
 
 def _read(store) -> dict:
@@ -138,9 +139,11 @@ class WrapperState(KerasSaveable):
             f"model.load_weights), or save after a multiple of {passes} steps")
 
 
-def saved_backward_passes(filepath) -> int | None:
-    """``backward_passes_per_step`` recorded for the model's optimizer in a ``.keras`` file, or None
-    (saved without accumulation, without a DistributedOptimizer, or not a ``.keras`` zip archive)."""
+def saved_backward_passes(filepath, optimizer: str = "optimizer") -> int | None:
+    """``backward_passes_per_step`` recorded for an optimizer in a ``.keras`` file, or None (saved without
+    accumulation, without a DistributedOptimizer, or not a ``.keras`` zip archive). ``optimizer``: its
+    path in the file's weights, ``"optimizer"`` for the model's, :data:`INNER_OPTIMIZER` for the
+    DistributedOptimizer inside a LossScaleOptimizer."""
     import h5py
 
     if not zipfile.is_zipfile(filepath):
@@ -149,5 +152,5 @@ def saved_backward_passes(filepath) -> int | None:
         if "model.weights.h5" not in archive.namelist():
             return None
         with archive.open("model.weights.h5") as fh, h5py.File(fh, "r") as h5:
-            entry = h5.get(f"optimizer/{STATE_ATTR}/vars/{_PASSES_KEY}")
+            entry = h5.get(f"{optimizer}/{STATE_ATTR}/vars/{_PASSES_KEY}")
             return None if entry is None else int(entry[()])

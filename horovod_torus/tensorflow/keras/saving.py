@@ -18,7 +18,7 @@ import keras
 
 from horovod_torus.strategies.registry import DEFAULT_STRATEGY
 from horovod_torus.tensorflow.keras.optimizer import Compression, DistributedOptimizer
-from horovod_torus.tensorflow.keras.optimizer_state import saved_backward_passes
+from horovod_torus.tensorflow.keras.optimizer_state import INNER_OPTIMIZER, saved_backward_passes
 
 __all__ = ["load_model"]
 
@@ -48,7 +48,8 @@ def load_model(filepath, custom_optimizers=None, custom_objects=None, compressio
 
     Returns:
         The ``keras.Model``, compiled with a DistributedOptimizer (same class name as the saved
-        optimizer). A model saved without an optimizer (not compiled) is returned as loaded.
+        optimizer); saved as ``LossScaleOptimizer(DistributedOptimizer(opt, k))`` with k > 1, in that
+        form. A model saved without an optimizer (not compiled) is returned as loaded.
 
     Raises:
         ValueError: the file cannot be loaded (from Keras); the saved optimizer variables do not fit the
@@ -78,9 +79,8 @@ def load_model(filepath, custom_optimizers=None, custom_objects=None, compressio
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     if loaded is None:
         return model
-    kwargs = dict(distributed_optimizer_kwargs)
-    kwargs.setdefault("backward_passes_per_step", saved_backward_passes(filepath) or 1)
-    dist = DistributedOptimizer(loaded, compression=compression, strategy=strategy, **kwargs)
+    dist = _distributed(loaded, filepath, compression=compression, strategy=strategy,
+                        **distributed_optimizer_kwargs)
     with keras.saving.custom_object_scope(objects):
         config = keras.saving.deserialize_keras_object(model.get_compile_config())
     config.update(optimizer=dist, jit_compile=False)
@@ -92,6 +92,23 @@ def load_model(filepath, custom_optimizers=None, custom_objects=None, compressio
         else:
             _copy_state(loaded, dist, filepath)
     return model
+
+
+def _distributed(loaded, filepath, **kwargs):
+    """The loaded optimizer wrapped in the form it was saved in, to take the file's variables with Keras'
+    own loading: ``LossScaleOptimizer(DistributedOptimizer(inner, k))`` when the file holds the wrapper's
+    state inside a LossScaleOptimizer (``optimizer/inner_optimizer/_hvd_state``: that form with k > 1, its
+    loss scale and dynamic growth steps as loaded), else ``DistributedOptimizer(loaded, k)`` (a
+    LossScaleOptimizer saved around a wrapper with k = 1 writes what this form reads). ``k`` is
+    ``backward_passes_per_step`` from ``kwargs``, or the file's."""
+    inner = saved_backward_passes(filepath, INNER_OPTIMIZER)
+    if inner and isinstance(loaded, keras.optimizers.LossScaleOptimizer):
+        kwargs.setdefault("backward_passes_per_step", inner)
+        return keras.optimizers.LossScaleOptimizer(
+            DistributedOptimizer(loaded.inner_optimizer, **kwargs), initial_scale=loaded.initial_scale,
+            dynamic_growth_steps=loaded.dynamic_growth_steps, name=loaded.name)
+    kwargs.setdefault("backward_passes_per_step", saved_backward_passes(filepath) or 1)
+    return DistributedOptimizer(loaded, **kwargs)
 
 
 def _copy_state(source, target, filepath) -> None:

@@ -203,7 +203,7 @@ def _bench_targets_page(docs_dir: str) -> str:
 
 
 def _cluster_bench_page(docs_dir: str) -> str:
-    from tools.cluster.results import format_rows_table, format_targets
+    from tools.cluster.results import format_rows_table
 
     doc = _load(docs_dir, "cluster_bench.json")
     sections = [_command(config_command("python -m tools.cluster.bench", doc["config"]),
@@ -220,9 +220,7 @@ def _cluster_bench_page(docs_dir: str) -> str:
                         + ("rows of several launches: median [min-max] over the launches; "
                            if "planner_passes" in doc else "")
                         + f"a label's second word is the launcher and the Open MPI algorithm forced, if any.\n\n"
-                        + format_rows_table(doc["rows"], wiring)
-                        + f"\n\nRatios against the targets ({wiring} wiring):\n\n"
-                        + format_targets(doc["targets"][wiring]))
+                        + format_rows_table(doc["rows"], wiring) + "\n\n" + _wiring_targets(doc, wiring))
     sections.append("![all-reduce time against size on the emulated cluster; dashed: the model](../cluster_bench.png)")
     if os.path.exists(os.path.join(docs_dir, RERUN)):
         sections += _cluster_rerun_sections(_load(docs_dir, RERUN))
@@ -239,8 +237,6 @@ RERUN = "cluster_bench_rerun.json"
 def _cluster_rerun_sections(doc: dict) -> list[str]:
     """The rerun's section: when and where, its planner counts and its target ratios per wiring (its every
     row is in the JSON)."""
-    from tools.cluster.results import format_targets
-
     host = doc.get("host", {})
     out = [f"## The same command again, out of sample\n\n`docs/{RERUN}`: the same command on "
            f"{host.get('cpu_model', 'an unrecorded CPU')} ({host.get('cpu_count', '?')} cores), started "
@@ -250,9 +246,14 @@ def _cluster_rerun_sections(doc: dict) -> list[str]:
            "to 2x (the per-launch min-max below): a target met in one run and missed in the other is not "
            "settled by either."]
     out += _cluster_repeat_facts(doc)
-    for wiring in doc["wirings"]:
-        out.append(f"Ratios against the targets ({wiring} wiring, this run):\n\n" + format_targets(doc["targets"][wiring]))
-    return out
+    return out + [_wiring_targets(doc, wiring, ", this run") for wiring in doc["wirings"]]
+
+
+def _wiring_targets(doc: dict, wiring: str, qualifier: str = "") -> str:
+    """A cluster bench's target ratios on one wiring (``doc["targets"][wiring]``), with their heading."""
+    from tools.cluster.results import format_targets
+
+    return f"Ratios against the targets ({wiring} wiring{qualifier}):\n\n" + format_targets(doc["targets"][wiring])
 
 
 def _cluster_repeat_facts(doc: dict) -> list[str]:

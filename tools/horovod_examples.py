@@ -29,7 +29,7 @@ import re
 import shutil
 import sys
 
-__all__ = ["EXAMPLES", "CHANGES", "ChangeError", "swap_import", "optimizer_variables_property",
+__all__ = ["EXAMPLES", "CHANGES", "ChangeError", "substitute", "swap_import", "optimizer_variables_property",
            "drop_experimental_run_tf_function", "offline_mnist_npz", "limit_keras_fit", "limit_tape_steps",
            "transform", "prepare", "write_mnist_npz", "keras_epoch_lines", "rank0_lines", "check_log", "main"]
 
@@ -42,14 +42,22 @@ LOG_EVERY = 10                      # tensorflow2_mnist.py prints the loss of ev
 
 
 class ChangeError(ValueError):
-    """A change found none of the lines it edits: the file is not Horovod 0.28.1's example."""
+    """A change found none of the lines it edits: the file is not the Horovod 0.28.1 file it was written
+    for. ``change``: the change's name (its function's, with a detail in parentheses where one function
+    makes several); ``pattern``: the regular expression that matched nothing."""
+
+    def __init__(self, change: str, pattern: str):
+        super().__init__(f"{change}: no line matches {pattern!r}; pass an unmodified file of Horovod v0.28.1 "
+                         f"(git checkout v0.28.1)")
+        self.change, self.pattern = change, pattern
 
 
-def _sub(src: str, pattern: str, repl, change: str, flags: int = re.M) -> str:
+def substitute(src: str, pattern: str, repl, change: str, flags: int = re.M) -> str:
+    """``re.subn(pattern, repl, src, flags=flags)``'s text; raises :class:`ChangeError` naming ``change``
+    when nothing matched. The one edit primitive of every change here and in :mod:`tools.horovod_tests`."""
     out, n = re.subn(pattern, repl, src, flags=flags)
     if n == 0:
-        raise ChangeError(f"{change}: no line matches {pattern!r}; pass a checkout of Horovod v0.28.1 "
-                          f"(git checkout v0.28.1), whose examples/tensorflow2 this change edits")
+        raise ChangeError(change, pattern)
     return out
 
 
@@ -60,25 +68,25 @@ def swap_import(src: str) -> str:
     Stock Horovod 0.28.1 fails all three examples on Keras 3 even with the changes below (its warm-up
     callback calls ``keras.backend.get_value``, its ``DistributedGradientTape`` calls ``Variable.ref()``);
     ``import horovod`` (used only by the ``horovod.run`` branch) stays."""
-    return _sub(src, r"^import horovod\.tensorflow(\.keras)? as hvd$", r"import horovod_torus.tensorflow\1 as hvd",
+    return substitute(src, r"^import horovod\.tensorflow(\.keras)? as hvd$", r"import horovod_torus.tensorflow\1 as hvd",
                 "swap_import")
 
 
 def optimizer_variables_property(src: str) -> str:
     """Keras 3: ``Optimizer.variables`` is a property (a list), not a method; ``opt.variables()`` raises
     *TypeError: 'list' object is not callable*."""
-    return _sub(src, r"\bopt\.variables\(\)", "opt.variables", "optimizer_variables_property")
+    return substitute(src, r"\bopt\.variables\(\)", "opt.variables", "optimizer_variables_property")
 
 
 def drop_experimental_run_tf_function(src: str) -> str:
     """Keras 3: ``Model.compile`` has no ``experimental_run_tf_function`` (a TF 2.0-era switch; *TypeError:
     Trainer.compile() got an unexpected keyword argument*). Keras 3's ``fit`` always calls the optimizer
     it was given, so the comment that asked for it is replaced too."""
-    src = _sub(src, r"^( *)# Horovod: Specify `experimental_run_tf_function=False` to ensure TensorFlow\n"
+    src = substitute(src, r"^( *)# Horovod: Specify `experimental_run_tf_function=False` to ensure TensorFlow\n"
                     r" *# uses hvd\.DistributedOptimizer\(\) to compute gradients\.\n",
                r"\1# Keras 3: compile() has no experimental_run_tf_function (fit uses this optimizer).\n",
                "drop_experimental_run_tf_function")
-    return _sub(src, r",\s*experimental_run_tf_function=False", "", "drop_experimental_run_tf_function")
+    return substitute(src, r",\s*experimental_run_tf_function=False", "", "drop_experimental_run_tf_function")
 
 
 OFFLINE_LOADER = '''
@@ -100,22 +108,22 @@ def offline_mnist_npz(src: str) -> str:
     """Not a Keras 3 change: the data, offline. ``tf.keras.datasets.mnist.load_data(path='mnist-%d.npz' %
     hvd.rank())`` becomes ``load_mnist_npz(...)`` with the same argument, defined in the file: Keras'
     loader verifies MNIST's hash and would download (and delete the Fashion-MNIST file) otherwise."""
-    src = _sub(src, r"\btf\.keras\.datasets\.mnist\.load_data\(", "load_mnist_npz(", "offline_mnist_npz")
-    return _sub(src, r"\n\n\n(?=def main\(\):)", lambda m: OFFLINE_LOADER + "\n\n", "offline_mnist_npz")
+    src = substitute(src, r"\btf\.keras\.datasets\.mnist\.load_data\(", "load_mnist_npz(", "offline_mnist_npz")
+    return substitute(src, r"\n\n\n(?=def main\(\):)", lambda m: OFFLINE_LOADER + "\n\n", "offline_mnist_npz")
 
 
 def limit_keras_fit(src: str, epochs: int, steps_per_epoch: int) -> str:
     """Fewer steps (a documented edit; the example has no option): ``epochs=24`` and
     ``steps_per_epoch=500 // hvd.size()`` become ``epochs`` and ``steps_per_epoch // hvd.size()``."""
-    src = _sub(src, r"steps_per_epoch=500 // hvd\.size\(\)", f"steps_per_epoch={steps_per_epoch} // hvd.size()",
+    src = substitute(src, r"steps_per_epoch=500 // hvd\.size\(\)", f"steps_per_epoch={steps_per_epoch} // hvd.size()",
                "limit_keras_fit")
-    return _sub(src, r"\bepochs=24\b", f"epochs={epochs}", "limit_keras_fit")
+    return substitute(src, r"\bepochs=24\b", f"epochs={epochs}", "limit_keras_fit")
 
 
 def limit_tape_steps(src: str, steps: int) -> str:
     """Fewer steps (a documented edit; the example has no option): ``dataset.take(10000 // hvd.size())``
     becomes ``dataset.take(steps // hvd.size())``."""
-    return _sub(src, r"dataset\.take\(10000 // hvd\.size\(\)\)", f"dataset.take({steps} // hvd.size())",
+    return substitute(src, r"dataset\.take\(10000 // hvd\.size\(\)\)", f"dataset.take({steps} // hvd.size())",
                 "limit_tape_steps")
 
 

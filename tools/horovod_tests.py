@@ -4,7 +4,7 @@
 
     python -m tools.horovod_tests FILE [--stock]
 
-which rewrites FILE (a copy) in place: :func:`horovod_torus_import` (the migration itself; not with ``--stock``,
+which rewrites FILE (a copy) in place: :func:`tools.horovod_examples.swap_import` (the migration itself; not with ``--stock``,
 which keeps ``horovod.tensorflow.keras`` so that stock Horovod runs the same Keras 3 file), then every
 change of :data:`CHANGES`, one function each, from source text to source text, each raising
 :class:`tools.horovod_examples.ChangeError` when the lines it edits are missing (another Horovod version),
@@ -18,9 +18,9 @@ import argparse
 import re
 import sys
 
-from tools.horovod_examples import ChangeError, _sub, swap_import
+from tools.horovod_examples import ChangeError, substitute, swap_import
 
-__all__ = ["CHANGES", "KERAS2_ONLY", "horovod_torus_import", "learning_rate_argument", "learning_rate_attribute",
+__all__ = ["CHANGES", "KERAS2_ONLY", "learning_rate_argument", "learning_rate_attribute",
            "mse_loss_name", "drop_experimental_run_tf_function", "variable_identity", "skip_keras2_only",
            "transform", "main"]
 
@@ -35,42 +35,40 @@ KERAS2_ONLY = {
                                           "drop-in) through the Keras 2 method _compute_gradients",
 }
 
-horovod_torus_import = swap_import
-
 
 def learning_rate_argument(src: str) -> str:
     """Keras 3 optimizers take ``learning_rate=``, not the Keras 1 alias ``lr=`` (*ValueError: Argument(s)
     not recognized: {'lr': 0.0001}*)."""
-    return _sub(src, r"\((lr)=", "(learning_rate=", "learning_rate_argument")
+    return substitute(src, r"\((lr)=", "(learning_rate=", "learning_rate_argument")
 
 
 def learning_rate_attribute(src: str) -> str:
     """Keras 3 optimizers have ``.learning_rate``, not the Keras 2 alias ``.lr`` (*AttributeError*)."""
-    return _sub(src, r"\.optimizer\.lr\.numpy\(\)", ".optimizer.learning_rate.numpy()", "learning_rate_attribute")
+    return substitute(src, r"\.optimizer\.lr\.numpy\(\)", ".optimizer.learning_rate.numpy()", "learning_rate_attribute")
 
 
 def mse_loss_name(src: str) -> str:
     """``tf.keras.losses`` of Keras 3 has ``MSE`` (as the file's later tests use), not
     ``mean_squared_error`` (*AttributeError: module 'keras._tf_keras.keras.losses' has no attribute*)."""
-    return _sub(src, r"keras\.losses\.mean_squared_error\b", "keras.losses.MSE", "mse_loss_name")
+    return substitute(src, r"keras\.losses\.mean_squared_error\b", "keras.losses.MSE", "mse_loss_name")
 
 
 def drop_experimental_run_tf_function(src: str) -> str:
     """Keras 3's ``Model.compile`` has no ``experimental_run_tf_function`` (*TypeError: Trainer.compile() got
     an unexpected keyword argument*); its ``fit`` always calls the optimizer it is given."""
-    return _sub(src, r",\s*experimental_run_tf_function=False", "", "drop_experimental_run_tf_function")
+    return substitute(src, r",\s*experimental_run_tf_function=False", "", "drop_experimental_run_tf_function")
 
 
 def variable_identity(src: str) -> str:
     """Keras 3 variables have no ``.ref()`` (a ``tf.Variable`` method): the file's sets of local variables
     compare them by ``id()`` instead, the same identity."""
-    return _sub(src, r"\b(var)\.ref\(\)", r"id(\1)", "variable_identity")
+    return substitute(src, r"\b(var)\.ref\(\)", r"id(\1)", "variable_identity")
 
 
 def skip_keras2_only(src: str) -> str:
     """A ``@pytest.mark.skip(reason=...)`` line right above each :data:`KERAS2_ONLY` test's ``def``."""
     for name, why in KERAS2_ONLY.items():
-        src = _sub(src, rf"^( +)(def {name}\(self)",
+        src = substitute(src, rf"^( +)(def {name}\(self)",
                    lambda m, why=why: f"{m.group(1)}@pytest.mark.skip(reason={'Keras 2 only: ' + why!r})\n"
                                       f"{m.group(1)}{m.group(2)}", f"skip_keras2_only({name})")
     return src
@@ -83,7 +81,7 @@ CHANGES = (learning_rate_argument, learning_rate_attribute, mse_loss_name, drop_
 
 def transform(src: str, stock: bool = False) -> str:
     """``src`` with :data:`CHANGES` applied, and the import swapped unless ``stock``."""
-    for change in CHANGES if stock else (horovod_torus_import, *CHANGES):
+    for change in CHANGES if stock else (swap_import, *CHANGES):
         src = change(src)
     return src
 
@@ -101,7 +99,7 @@ def main(argv=None) -> int:
         print(f"tools.horovod_tests: cannot read {args.file}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     except ChangeError as exc:
-        print(f"tools.horovod_tests: {args.file}: the change {str(exc).split(':')[0]} found none of the lines it "
+        print(f"tools.horovod_tests: {args.file}: the change {exc.change} found none of the lines it "
               "edits: pass an unmodified copy of Horovod v0.28.1's test/parallel/test_tensorflow2_keras.py (a file "
               "this tool rewrote already cannot be rewritten again)", file=sys.stderr)
         return 2

@@ -78,6 +78,7 @@ test: setup
 	@$(MAKE) --no-print-directory docs
 	@bash tests/parallel/run_all.sh
 	@SUITE=test_tensorflow2_keras.py OUT=runs/horovod_keras_suite bash mpi_scripts/horovod_suite.sh tests/horovod_v0.28.1
+	@SUITE=test_tensorflow.py OUT=runs/horovod_tf_suite bash mpi_scripts/horovod_suite.sh tests/horovod_v0.28.1
 	@bash tests/parallel/run_stall.sh
 	@bash tests/cluster/run.sh
 	@bash tests/parallel/run_elastic.sh --unless-cluster

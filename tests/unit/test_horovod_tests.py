@@ -1,5 +1,6 @@
-"""tools.horovod_tests: the Keras 3 changes to Horovod 0.28.1's own test_tensorflow2_keras.py (the copy in
-tests/horovod_v0.28.1, run by `make test` through mpi_scripts/horovod_suite.sh)."""
+"""tools.horovod_tests: the Keras 3 changes to Horovod 0.28.1's own test_tensorflow2_keras.py and the known
+failures of its test_tensorflow.py (the copies in tests/horovod_v0.28.1, run by `make test` through
+mpi_scripts/horovod_suite.sh)."""
 import ast
 import os
 import re
@@ -11,6 +12,7 @@ from tools.horovod_examples import ChangeError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SOURCE = os.path.join(ROOT, "tests", "horovod_v0.28.1", "test", "parallel", "test_tensorflow2_keras.py")
+TF_SOURCE = os.path.join(os.path.dirname(SOURCE), "test_tensorflow.py")
 
 
 @pytest.fixture(scope="module")
@@ -57,5 +59,29 @@ def test_the_command_line_rewrites_once_and_says_why_it_cannot_twice(tmp_path, o
     err = capsys.readouterr().err
     assert "the change swap_import found none of the lines it edits" in err and "rewrote already" in err
     assert path.read_text() == ht.transform(original)
-    assert ht.main([str(tmp_path / "none.py")]) == 2
+    assert ht.main([str(tmp_path / "none" / "test_tensorflow.py")]) == 2
     assert "cannot read" in capsys.readouterr().err
+    other = tmp_path / "test_other.py"
+    other.write_text(original)
+    assert ht.main([str(other)]) == 2 and other.read_text() == original
+    assert "not a test file this tool rewrites" in capsys.readouterr().err
+
+
+def test_the_tensorflow_file_gets_the_import_swap_and_its_known_failures_marked_strict():
+    with open(TF_SOURCE) as f:
+        original = f.read()
+    out = ht.transform(original, name=ht.TF_FILE)
+    ast.parse(out)
+    assert "import horovod_torus.tensorflow as hvd\n" in out and "import horovod.tensorflow as hvd\n" not in out
+    reason = r"reason=(?:'[^']+'|\"[^\"]+\")"  # repr() quotes a reason with an apostrophe in double quotes
+    marked = re.findall(rf"@pytest\.mark\.xfail\(strict=True, {reason}\)\n +def (\w+)\(self", out)
+    assert marked == [n for n in re.findall(r"^ +def (test_\w+)\(self", original, re.M) if n in ht.KNOWN_FAILURES]
+    assert sorted(marked) == sorted(ht.KNOWN_FAILURES) and "xfail" not in original
+    stock = ht.transform(original, stock=True, name=ht.TF_FILE)
+    assert "import horovod.tensorflow as hvd\n" in stock
+    assert sorted(re.findall(rf"xfail\(strict=True, {reason}\)\n +def (\w+)", stock)) == \
+        sorted(n for n, (_, stock_too) in ht.KNOWN_FAILURES.items() if stock_too)
+    with pytest.raises(ChangeError, match=r"mark_known_failures\(test_horovod_syncbn_cpu\)"):
+        ht.mark_known_failures(original.replace("def test_horovod_syncbn_cpu(self", "def renamed(self"))
+    with pytest.raises(ValueError, match="not a test file"):
+        ht.transform(original, name="test_torch.py")

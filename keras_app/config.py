@@ -167,6 +167,40 @@ class AppConfig:
             raise ValueError(f"commit_every={self.train.commit_every} must be >= 1 (batches between commits)")
         if not 0.0 <= self.optim.label_smoothing < 1.0:
             raise ValueError(f"label_smoothing={self.optim.label_smoothing} must be in [0, 1)")
+        self._check_ranges()
+
+    #: Numeric fields and the closed ranges they must lie in (NaN is outside every range; inf where the bound
+    #: is finite), with what the value means: checked on every rank before Horovod starts.
+    RANGES = {
+        ("data", "channels"): (1, 3, "1 (grey) or 3 (RGB)"), ("data", "num_classes"): (2, None, "classes"),
+        ("data", "shuffle_buffer"): (1, None, "images; 1: no shuffling"),
+        ("model", "bn_momentum"): (0.0, 1.0, "BatchNormalization momentum"),
+        ("optim", "base_lr"): (0.0, 1e6, "the learning rate at --base-batch"),
+        ("optim", "base_batch"): (1, None, "the global batch of --base-lr"),
+        ("optim", "momentum"): (0.0, 1.0, "sgd momentum"),
+        ("optim", "weight_decay"): (0.0, 1e6, "decoupled weight decay"),
+        ("optim", "warmup_start_fraction"): (0.0, 1.0, "fraction of the peak rate"),
+        ("optim", "final_lr_fraction"): (0.0, 1.0, "fraction of the peak rate"),
+        ("train", "keep_checkpoints"): (1, None, "checkpoints kept"),
+        ("train", "seed"): (0, 2 ** 32 - 1, "random seed"),
+        ("train", "intra_op_threads"): (0, None, "threads; 0: TensorFlow's default"),
+        ("train", "inter_op_threads"): (0, None, "threads; 0: TensorFlow's default"),
+        ("train", "val_every_epochs"): (1, None, "epochs between validations"),
+    }
+
+    def _check_ranges(self) -> None:
+        for (section, name), (low, high, meaning) in self.RANGES.items():
+            value = getattr(getattr(self, section), name)
+            if not (low <= value and (high is None or value <= high)):   # NaN fails both
+                where = f"in [{low}, {high}]" if high is not None else f">= {low}"
+                raise ValueError(f"{name}={value} must be {where} ({meaning}): --{name.replace('_', '-')} or "
+                                 f"the {section} section of --config")
+        if self.data.channels == 2:
+            raise ValueError("channels=2 must be 1 (grey) or 3 (RGB): --channels")
+        labels = {"fashion_mnist": 10}.get(self.data.dataset)
+        if labels and self.data.num_classes < labels:
+            raise ValueError(f"num_classes={self.data.num_classes}: {self.data.dataset} has {labels} classes, "
+                             f"so the logits layer needs at least {labels}: --num-classes {labels}")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -263,11 +297,26 @@ def _help(section: str, f: dataclasses.Field, default) -> str:
     return f"{text} (default: {default!r})".replace("%", "%%")
 
 
+class _RankZeroParser(argparse.ArgumentParser):
+    """argparse's parser whose usage error prints on rank 0 only (the launcher's variables; every rank exits 2
+    as argparse does), like the app's configuration errors: under mpirun one line, not one per rank."""
+
+    def error(self, message):
+        from horovod_torus.launch import LaunchContext
+
+        if LaunchContext.from_environ().rank == 0:
+            super().error(message)
+        import time
+
+        time.sleep(2)   # mpirun ends the job at the first non-zero exit: let rank 0 print first
+        sys.exit(2)
+
+
 def build_parser(start: AppConfig | None = None) -> argparse.ArgumentParser:
     """The command line; each flag's help shows its value in ``start`` (the starting values: the
     defaults, or those of ``--config``/``--preset``) as its default."""
     start = start or AppConfig()
-    p = argparse.ArgumentParser(
+    p = _RankZeroParser(
         prog="python -m keras_app.train",
         description="Data-parallel ResNet-50 (Keras 3) reduced through horovod_torus, with batch-size "
                     "control, LR warm-up and label smoothing. Launch under horovodrun/mpirun. "

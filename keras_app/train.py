@@ -182,8 +182,8 @@ def configure(argv: list[str] | None, size: int, local_size: int | None = None) 
     A batch schedule that was not given as ``--batch-schedule`` (a preset's, a ``--config`` file's, the
     default) is rounded down to multiples of ``size`` (:func:`keras_app.schedules.round_batch_schedule`),
     with a note. Raises ValueError (the message names the value and the fix) before anything starts:
-    a bad value, a global batch or a ``--grid`` that does not fit ``size`` ranks, or a HOROVOD_TORUS_GRID
-    that does not (checked as ``hvd.init`` will)."""
+    a bad value, a global batch or a ``--grid`` that does not fit ``size`` ranks, a HOROVOD_TORUS_GRID
+    that does not, or another torus variable ``hvd.init`` would refuse (checked as it will)."""
     from horovod_torus.settings import TorusSettings
     from keras_app.config import parse_command_line
     from keras_app.schedules import round_batch_schedule
@@ -206,8 +206,9 @@ def configure(argv: list[str] | None, size: int, local_size: int | None = None) 
                          f"{size} ranks: {rounded} (--batch-schedule sets it)")
             cfg.train.batch_schedule = rounded
     cfg.validate(size)
-    if not cfg.train.grid:
-        TorusSettings.resolve(size=size, local_size=local_size, fields=("grid",))
+    # every HOROVOD_TORUS_* / stall variable init reads, checked as init will (with the flags that override them)
+    TorusSettings.resolve(size=size, local_size=local_size, grid=cfg.train.grid or None,
+                          min_torus_bytes=cfg.train.min_torus_bytes or None)
     notes += check_run_inputs(cfg)
     return cfg, notes
 
@@ -291,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
             from horovod_torus.tensorflow.elastic import check_elastic_launch
 
             check_elastic_launch()      # under mpirun: an error line, not a traceback per rank
-    except ValueError as exc:
+    except (ValueError, ImportError) as exc:   # ImportError: --strategy-module (its message names the fix)
         if ctx.rank == 0:
             print(f"keras_app: configuration error: {exc}", file=sys.stderr, flush=True)
         else:

@@ -114,6 +114,29 @@ def test_backward_passes_per_step_accumulates_then_reduces(hvd, world):
     assert int(opt.iterations.numpy()) == STEPS * passes
 
 
+def test_a_later_fits_broadcast_leaves_each_ranks_partial_gradient_sum(hvd, world):
+    """Two fits that split an accumulation window (3 local batches, then 5, with k = 2), each with a new
+    BroadcastGlobalVariablesCallback, as scripts that build their callback list per fit do: the second
+    broadcast must not copy rank 0's accumulators over the others' partial sums (the weights then match the
+    single process on all the batches, as one fit does)."""
+    import horovod_torus.tensorflow.keras as khvd
+    size, rank = world
+    passes = 2
+    x, y = data(size, seed=2, steps=STEPS, per_rank=B * passes)
+    model = make_model(100 + rank)
+    opt = khvd.DistributedOptimizer(keras.optimizers.SGD(0.2), backward_passes_per_step=passes,
+                                    average_aggregated_gradients=True)
+    model.compile(optimizer=opt, loss="mse")
+    xr, yr = rank_slice(x, rank, B * passes), rank_slice(y, rank, B * passes)
+    for part in (slice(0, 3 * B), slice(3 * B, None)):
+        model.fit(xr[part], yr[part], batch_size=B, shuffle=False, verbose=0,
+                  callbacks=[khvd.callbacks.BroadcastGlobalVariablesCallback(0)])
+    got = model.get_weights()
+    gathered = gather_weights(got)
+    check(world, got, reference(keras.optimizers.SGD(0.2), x, y), gathered)
+    assert int(opt.iterations.numpy()) == STEPS * passes
+
+
 def test_fp16_compression_and_predivide(hvd, world):
     import horovod_torus.tensorflow.keras as khvd
     size, rank = world

@@ -300,3 +300,25 @@ def test_load_weights_before_build_is_assigned_at_build(tmp_path, k, mixed):
         assert not fresh_opt.built
         fresh_opt.build(fresh.trainable_variables)
         _assert_state_equal(fresh_opt, opt)
+
+
+def test_a_partial_sum_loaded_on_several_ranks_warns_and_a_window_boundary_does_not(tmp_path, monkeypatch):
+    """The file holds the saving rank's accumulators: on more than one rank, loading a partial sum says that
+    every rank now has that rank's sum (the resume is then not exact) and how to save for an exact one."""
+    import horovod.tensorflow as hvd
+    from horovod_torus.tensorflow.keras.optimizer_state import PartialSumWarning
+
+    model, _ = _trained(2, False)                                  # 5 steps: 1 of 2 passes summed
+    boundary, _ = _trained(2, False, steps=4)
+    model.save(tmp_path / "mid.keras")
+    boundary.save(tmp_path / "end.keras")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        khvd.load_model(str(tmp_path / "mid.keras"), strategy=identity)       # one rank: its own sum, exact
+    monkeypatch.setattr(hvd, "is_initialized", lambda: True)
+    monkeypatch.setattr(hvd, "size", lambda: 4)
+    with pytest.warns(PartialSumWarning, match=r"1 of the 2 passes.*save after a multiple of 2 steps"):
+        khvd.load_model(str(tmp_path / "mid.keras"), strategy=identity)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        khvd.load_model(str(tmp_path / "end.keras"), strategy=identity)

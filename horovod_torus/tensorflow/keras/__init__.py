@@ -5,10 +5,11 @@
 gradients through the strategy chosen with its keyword-only ``strategy=`` (``"torus"`` by default).
 """
 from horovod.tensorflow import (  # noqa: F401  (the names horovod.tensorflow.keras re-exports)
-    Average, ProcessSet, Sum, cross_rank, cross_size, global_process_set, gloo_built, gloo_enabled,
-    is_initialized, local_rank, local_size, mpi_built, mpi_enabled, mpi_threads_supported, nccl_built,
-    rank, size,
+    Average, ProcessSet, Sum, add_process_set, ccl_built, cross_rank, cross_size, cuda_built, ddl_built,
+    global_process_set, gloo_built, gloo_enabled, is_initialized, local_rank, local_size, mpi_built, mpi_enabled,
+    mpi_threads_supported, nccl_built, rank, remove_process_set, rocm_built, size, start_timeline, stop_timeline,
 )
+from horovod.common.util import is_version_greater_equal_than  # noqa: F401
 from horovod.tensorflow.compression import Compression  # noqa: F401
 import horovod.tensorflow as _hvd_tf
 import tensorflow as tf
@@ -52,4 +53,16 @@ def allgather(value, name=None):
 def broadcast(value, root_rank, name=None):
     """``horovod.tensorflow.keras.broadcast``: rank ``root_rank``'s value on every rank."""
     return _hvd_tf.broadcast(tf.constant(value, name=name), root_rank)
+
+
+def reducescatter(value, name=None, op=Average):
+    """``horovod.tensorflow.keras.reducescatter``: the ranks' values reduced with ``op`` (Horovod's op,
+    ``Average`` by default), this rank's slice of dimension 0 (Horovod's own call, not the torus)."""
+    return _hvd_tf.reducescatter(tf.constant(value, name=name), op=op)
+
+
+def broadcast_global_variables(root_rank):
+    """``horovod.tensorflow.keras.broadcast_global_variables``: Horovod's, TF1 global variables only (it
+    raises in eager mode, as Horovod's does: use ``broadcast_variables`` or the broadcast callback)."""
+    return _hvd_tf.broadcast_global_variables(root_rank)
 from horovod_torus.tensorflow.keras import elastic  # noqa: F401,E402

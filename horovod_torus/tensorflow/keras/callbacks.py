@@ -18,6 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from horovod_torus.strategies.registry import DEFAULT_STRATEGY, resolve_strategy
+from horovod_torus.tensorflow.keras.optimizer import rank_local_variables
 from horovod_torus.tensorflow.keras.schedules import schedule_lr, warmup_multiplier
 from horovod_torus.tensorflow.reductions import allreduce, grouped_allreduce
 from horovod_torus.tensorflow.variables import broadcast_variables
@@ -80,8 +81,9 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
         if opt is not None and not opt.built:
             opt.build(model.trainable_variables)
         variables = [v for v in model.weights if id(v) not in self._local]   # no seeds, no metrics
-        if opt is not None:
-            variables += [v for v in opt.variables if id(v) not in self._local]
+        if opt is not None:   # not the gradient accumulators: each rank's own partial sum (a later fit's callback)
+            local = self._local.keys() | {id(v) for v in rank_local_variables(opt)}
+            variables += [v for v in opt.variables if id(v) not in local]
         with tf.device(self.device):
             broadcast_variables(variables, root_rank=self.root_rank)
         self.broadcast_done = True

@@ -15,7 +15,7 @@ from horovod_torus.strategies.registry import DEFAULT_STRATEGY
 from horovod_torus.tensorflow.gradients import GradientReducer
 from horovod_torus.tensorflow.keras.optimizer_state import WrapperState
 
-__all__ = ["DistributedOptimizer", "is_distributed_optimizer"]
+__all__ = ["DistributedOptimizer", "is_distributed_optimizer", "rank_local_variables"]
 
 Average, Compression = _hvd.Average, _hvd.Compression
 
@@ -164,6 +164,16 @@ def _refuse_xla() -> None:
 def is_distributed_optimizer(optimizer) -> bool:
     """True for an optimizer returned by :func:`DistributedOptimizer`."""
     return isinstance(optimizer, _DistributedOptimizerMixin)
+
+
+def rank_local_variables(optimizer) -> list:
+    """The gradient accumulators of ``backward_passes_per_step`` > 1 of the DistributedOptimizer ``optimizer``
+    is or wraps (a LossScaleOptimizer's inner one): each rank's own partial sum until the next all-reduce,
+    so a broadcast from one rank must leave them alone. ``[]`` for k = 1, another optimizer or None."""
+    for opt in (optimizer, getattr(optimizer, "inner_optimizer", None)):
+        if is_distributed_optimizer(opt) and hasattr(opt, "_hvd_accumulators"):
+            return list(opt._hvd_accumulators)
+    return []
 
 
 def DistributedOptimizer(optimizer, name=None, device_dense='', device_sparse='',

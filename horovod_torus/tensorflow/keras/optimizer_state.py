@@ -15,6 +15,7 @@ also in the wrapper's).
 """
 from __future__ import annotations
 
+import warnings
 import weakref
 import zipfile
 
@@ -22,7 +23,7 @@ import numpy as np
 import tensorflow as tf
 from keras.src.saving.keras_saveable import KerasSaveable   # not exported; the base _walk_saveable visits
 
-__all__ = ["INNER_OPTIMIZER", "STATE_ATTR", "WrapperState", "saved_backward_passes"]
+__all__ = ["INNER_OPTIMIZER", "PartialSumWarning", "STATE_ATTR", "WrapperState", "saved_backward_passes"]
 
 STATE_ATTR = "_hvd_state"               # the optimizer attribute (and h5 group) of the wrapper's variables
 _PASSES_KEY = "backward_passes_per_step"
@@ -120,6 +121,7 @@ class WrapperState(KerasSaveable):
         if passes == opt._hvd_passes and [a.shape for a in saved] == [tuple(v.shape) for v in ours]:
             for v, a in zip(ours, saved):
                 v.assign(a)
+            _warn_partial_sum(opt.name, int(saved[-1]) % passes, passes)
             return
         summed = int(saved[-1]) % passes
         if summed == 0 and not any(np.any(a) for a in saved[:-1]):
@@ -137,6 +139,23 @@ class WrapperState(KerasSaveable):
             f"backward_passes_per_step={passes} (horovod_torus.tensorflow.keras.load_model(path) takes it "
             f"from the file; DistributedOptimizer(..., backward_passes_per_step={passes}) before "
             f"model.load_weights), or save after a multiple of {passes} steps")
+
+
+class PartialSumWarning(UserWarning):
+    """A loaded gradient-accumulation partial sum is one rank's, now on every rank."""
+
+
+def _warn_partial_sum(name: str, summed: int, passes: int) -> None:
+    """Warn when a partial gradient sum (``summed`` of ``passes`` passes) was loaded on more than one rank:
+    the file holds the saving rank's accumulators, and every rank now has them in place of its own."""
+    import horovod.tensorflow as hvd
+
+    if summed and hvd.is_initialized() and hvd.size() > 1:
+        warnings.warn(f"optimizer {name!r}: loaded the gradient sum of {summed} of the {passes} passes of "
+                      f"backward_passes_per_step={passes} that the saving rank had accumulated; every rank now "
+                      f"holds that rank's sum in place of its own, so the next update is not exactly the one an "
+                      f"uninterrupted run makes. For an exact resume on {hvd.size()} ranks, save after a multiple "
+                      f"of {passes} steps", PartialSumWarning, stacklevel=2)
 
 
 def saved_backward_passes(filepath, optimizer: str = "optimizer") -> int | None:

@@ -32,7 +32,9 @@ def load_model(filepath, custom_optimizers=None, custom_objects=None, compressio
     carries the saved optimizer state: ``iterations``, the learning rate, momenta / Adam moments, a
     LossScaleOptimizer's loss scale and, for ``backward_passes_per_step`` > 1, the gradient accumulators
     and the pass count (every optimizer variable, exactly). ``backward_passes_per_step`` is the one the
-    file was saved with unless given. The model is compiled again with the saved loss, metrics and
+    file was saved with unless given. The accumulators are those of the rank that saved: loaded on several
+    ranks mid-window (a step count not a multiple of k) every rank gets that rank's partial sum, and a
+    ``PartialSumWarning`` says so (save after a multiple of k steps for an exact resume). The model is compiled again with the saved loss, metrics and
     options and that optimizer, with ``jit_compile=False`` (XLA cannot compile Horovod's collectives).
 
     Args:

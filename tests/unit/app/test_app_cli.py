@@ -135,6 +135,11 @@ def test_main_prints_a_config_error_once_on_rank_0(monkeypatch, capsys, rank):
         assert err == ("keras_app: configuration error: global batch 256 (batch schedule '0:256', epoch 0) is not "
                        "divisible by the world size 3: use a multiple of 3, e.g. --batch-schedule 0:255 (each "
                        "global batch rounded down to a multiple of 3)\n")
+    # a --strategy-module that cannot be imported is a configuration error too (was a traceback per rank)
+    assert train.main(["--arch", "tiny", "--batch-schedule", "0:255", "--strategy-module", "no_such_mod"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == ("" if rank else err) and "Traceback" not in err
+    assert rank or err.startswith("keras_app: configuration error: ") and "'no_such_mod' cannot be imported" in err
 
 
 @pytest.mark.skipif(not shutil.which("mpirun"), reason="needs Open MPI's mpirun (make setup installs it)")
@@ -199,10 +204,30 @@ def test_inputs_train_would_meet_late_are_configuration_errors(monkeypatch, tmp_
              (("--train-examples", "-5"), r"train_examples=-5 must be >= 0"),
              (("--warmup-epochs", "-1"), r"warmup_epochs=-1.0 must be >= 0"),
              (("--batch-schedule", "0:4096", "--train-examples", "1024"),
-              r"an epoch of 1024 examples is smaller than the global batch 4096")]
+              r"an epoch of 1024 examples is smaller than the global batch 4096"),
+             # values that trained on with a negative or infinite rate, or failed later on every rank
+             (("--base-batch", "-256"), r"base_batch=-256 must be >= 1 \(the global batch of --base-lr\)"),
+             (("--base-batch", "0"), r"base_batch=0 must be >= 1"),
+             (("--final-lr-fraction", "-1"), r"final_lr_fraction=-1.0 must be in \[0.0, 1.0\]"),
+             (("--warmup-start-fraction", "2"), r"warmup_start_fraction=2.0 must be in \[0.0, 1.0\]"),
+             (("--weight-decay", "-1"), r"weight_decay=-1.0 must be in"),
+             (("--base-lr", "inf"), r"base_lr=inf must be in \[0.0, 1000000.0\]"),
+             (("--keep-checkpoints", "0"), r"keep_checkpoints=0 must be >= 1"),
+             (("--seed", "-1"), r"seed=-1 must be in \[0, 4294967295\]"),
+             (("--val-every-epochs", "0"), r"val_every_epochs=0 must be >= 1"),
+             (("--num-classes", "5"), r"num_classes=5: fashion_mnist has 10 classes.*--num-classes 10"),
+             (("--channels", "2"), r"channels=2 must be 1 \(grey\) or 3 \(RGB\)"),
+             (("--shuffle-buffer", "0"), r"shuffle_buffer=0 must be >= 1"),
+             (("--intra-op-threads", "-1"), r"intra_op_threads=-1 must be >= 0")]
     for extra, match in cases:
         with pytest.raises(ValueError, match=match):
             train.configure(_cli(tmp_path, *extra), 2)
+    for name, value in (("HOROVOD_TORUS_MIN_BYTES", "-1"), ("HOROVOD_TORUS_TRANSPORT", "foo"),
+                        ("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "abc")):   # read by init: checked here too
+        monkeypatch.setenv(name, value)
+        with pytest.raises(ValueError, match=name):
+            train.configure(_cli(tmp_path), 2)
+        monkeypatch.delenv(name)
     (tmp_path / "list.json").write_text("[1]")
     with pytest.raises(ValueError, match=r"expected a JSON object of sections \(data, model, optim, train\)"):
         train.configure(_cli(tmp_path, "--config", str(tmp_path / "list.json")), 2)
@@ -241,3 +266,15 @@ def test_a_warm_up_longer_than_the_run_and_an_unreached_batch_step_are_noted(mon
                      "not reach its peak",
                      "keras_app: note: batch schedule '0:64,5:128' changes the batch at epoch(s) [5], which this "
                      "run of 1 epochs does not reach"]
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_usage_error_prints_on_rank_0_only_and_every_rank_exits_2(monkeypatch, capsys, rank):
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "2")
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", str(rank))
+    monkeypatch.setattr("time.sleep", lambda s: None)
+    with pytest.raises(SystemExit) as exit_:
+        train.main(["--verbose", "3"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert ("argument --verbose: invalid choice: 3" in err) if rank == 0 else err == ""

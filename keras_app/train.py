@@ -246,6 +246,7 @@ def check_run_inputs(cfg: AppConfig) -> list[str]:
                 store.verify(store.epochs()[-1])
             except CheckpointError as exc:
                 raise ValueError(str(exc)) from None
+            _check_resume_config(cfg)
     notes = []
     if cfg.optim.warmup_epochs > cfg.train.epochs:
         notes.append(f"keras_app: note: warmup_epochs={cfg.optim.warmup_epochs:g} is longer than the run "
@@ -255,6 +256,30 @@ def check_run_inputs(cfg: AppConfig) -> list[str]:
         notes.append(f"keras_app: note: batch schedule {cfg.train.batch_schedule!r} changes the batch at "
                      f"epoch(s) {late}, which this run of {cfg.train.epochs} epochs does not reach")
     return notes
+
+
+#: The settings that shape a checkpoint's variables: a resume must keep them (its restore fails otherwise).
+CHECKPOINT_SHAPING = (("model", "arch"), ("model", "mixed_precision"), ("data", "num_classes"),
+                      ("data", "channels"), ("data", "image_size"), ("optim", "optimizer"))
+
+
+def _check_resume_config(cfg: AppConfig) -> None:
+    """With ``--resume``: raise ValueError when the ``config.json`` of the run that wrote the checkpoints (in
+    ``--output-dir``; none, or unreadable: nothing to compare) differs in a :data:`CHECKPOINT_SHAPING`
+    setting, naming both values and the fix."""
+    from keras_app.config import load_config
+
+    path = os.path.join(cfg.train.output_dir, "config.json")
+    try:
+        saved = load_config(path)
+    except (OSError, ValueError, TypeError):
+        return
+    for section, name in CHECKPOINT_SHAPING:
+        old, new = getattr(getattr(saved, section), name), getattr(getattr(cfg, section), name)
+        if old != new:
+            raise ValueError(f"--resume: the checkpoints in {cfg.train.output_dir!r} were written with "
+                             f"{name}={old!r} ({path}), this run has {name}={new!r}: pass --{name.replace('_', '-')} "
+                             f"{old!r} to resume them, or another --output-dir to start afresh")
 
 
 def _check_output_dir(out: str) -> None:

@@ -278,3 +278,28 @@ def test_a_usage_error_prints_on_rank_0_only_and_every_rank_exits_2(monkeypatch,
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert ("argument --verbose: invalid choice: 3" in err) if rank == 0 else err == ""
+
+
+def test_resuming_checkpoints_of_another_model_is_a_configuration_error(monkeypatch, tmp_path):
+    """The run's config.json says what wrote the checkpoints: another --arch / --mixed-precision / ... is named
+    before Horovod starts (it failed in the restore, with a traceback on every rank)."""
+    import hashlib
+
+    from keras_app.config import save_config
+    monkeypatch.delenv("HOROVOD_TORUS_GRID", raising=False)
+    ckpt = tmp_path / "out" / "checkpoints" / "ckpt-0001"
+    ckpt.mkdir(parents=True)
+    (ckpt / "model.weights.h5").write_bytes(b"weights")
+    (ckpt / "state.json").write_text(json.dumps({"epoch": 1, "state": {}, "sha256": {
+        "model.weights.h5": hashlib.sha256(b"weights").hexdigest()}}))
+    cfg, _ = train.configure(_cli(tmp_path), 2)
+    save_config(cfg, str(tmp_path / "out" / "config.json"))          # what train() writes at its start
+    assert train.configure(_cli(tmp_path, "--resume", "true"), 2)[0].train.resume
+    with pytest.raises(ValueError, match=r"--resume: the checkpoints in .* were written with arch='tiny' .*this "
+                                         r"run has arch='resnet50': pass --arch 'tiny' to resume them, or another "
+                                         r"--output-dir"):
+        train.configure(_cli(tmp_path, "--resume", "true", "--arch", "resnet50"), 2)
+    with pytest.raises(ValueError, match=r"mixed_precision='' .*mixed_precision='mixed_bfloat16'"):
+        train.configure(_cli(tmp_path, "--resume", "true", "--mixed-precision", "mixed_bfloat16"), 2)
+    (tmp_path / "out" / "config.json").write_text("{trunc")                # unreadable: nothing to compare
+    assert train.configure(_cli(tmp_path, "--resume", "true", "--arch", "resnet50"), 2)[0].model.arch == "resnet50"

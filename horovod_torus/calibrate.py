@@ -12,8 +12,10 @@ The calibration, the key and the file are :mod:`horovod_torus.crossover`'s; this
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+import warnings
 
 from horovod_torus import crossover
 
@@ -57,7 +59,10 @@ def main(argv=None) -> int:
     except ValueError as e:
         return _error(e)
     if args.show:
-        for d in crossover.show(cache_dir or DEFAULT_CACHE_DIR):
+        found = crossover.show(cache_dir or DEFAULT_CACHE_DIR)
+        if not found:
+            print(f"no crossover cache files in {cache_dir or DEFAULT_CACHE_DIR}")
+        for d in found:
             key = d.get("key", {})
             print(f"{d['path']}: {d.get('error') or ''}{key.get('transport', '?')} {key.get('world_size', '?')} ranks "
                   f"grid {key.get('grid', '?')} {key.get('launcher', '?')} hosts {key.get('hosts', '?')} -> "
@@ -77,12 +82,15 @@ def main(argv=None) -> int:
         for d in crossover.show(cache_dir):
             os.unlink(d["path"])
     comm.Barrier()
+    unwritten = []   # CrossoverCacheWarning: a cache that could not be written (the last line must not say cached)
     try:  # ValueError: raised on every rank before any torus communicator exists
-        tc = TorusComm.create(comm, args.grid, min_torus_bytes="auto", cache_dir=cache_dir or "off")
+        with _cache_warnings(unwritten):
+            tc = TorusComm.create(comm, args.grid, min_torus_bytes="auto", cache_dir=cache_dir or "off")
     except ValueError as e:
         return _error(e)
     with tc:
-        lines = [f"numpy API, grid {tc.grid}: min_torus_bytes {tc.min_torus_bytes} ({tc.crossover_source})"]
+        lines = [f"numpy API, grid {tc.grid}: min_torus_bytes {_crossover_text(tc.min_torus_bytes)} "
+                 f"({tc.crossover_source})"]
     sources = [tc.crossover_source]
     if args.tensorflow:
         import horovod_torus.tensorflow as hvd
@@ -90,11 +98,12 @@ def main(argv=None) -> int:
         import tensorflow as tf
 
         try:  # ValueError: raised on every rank before any collective
-            torus = hvd.init(grid=args.grid, min_torus_bytes="auto", cache_dir=cache_dir or "off")
+            with _cache_warnings(unwritten):
+                torus = hvd.init(grid=args.grid, min_torus_bytes="auto", cache_dir=cache_dir or "off")
+                torus([tf.zeros([1])], op=hvd.Sum)   # with a GPU visible the first call resolves it
         except ValueError as e:
             return _error(e)
-        torus([tf.zeros([1])], op=hvd.Sum)   # with a GPU visible the first call resolves it
-        lines += [f"TensorFlow torus, transport {t}: min_torus_bytes {v} ({torus.crossover_source[t]})"
+        lines += [f"TensorFlow torus, transport {t}: min_torus_bytes {_crossover_text(v)} ({torus.crossover_source[t]})"
                   for t, v in torus.crossover.items()]
         sources += list(torus.crossover_source.values())
         hvd.shutdown()
@@ -103,11 +112,34 @@ def main(argv=None) -> int:
             where = "no cache (off)"
         elif all(x == "setting" for x in sources):   # one rank: nothing to measure, nothing written
             where = f"nothing measured (one rank): nothing cached in {cache_dir}"
+        elif unwritten:
+            where = f"NOT cached: {cache_dir} could not be written (the warning above says why)"
         else:
             where = f"cached in {cache_dir}"
         print("\n".join(lines) + "\n" + where)
     sys.stdout.flush()
     return 0
+
+
+def _crossover_text(value: int) -> str:
+    """A crossover in words: its bytes, or :data:`horovod_torus.crossover.NEVER` as "never"."""
+    return f"{value} (never: the flat call at every size)" if value >= crossover.NEVER else str(value)
+
+
+@contextlib.contextmanager
+def _cache_warnings(unwritten: list):
+    """Record each :class:`horovod_torus.crossover.CrossoverCacheWarning` into ``unwritten`` and show every
+    warning as it would have been shown."""
+    caught = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            yield
+    finally:
+        for w in caught:
+            if issubclass(w.category, crossover.CrossoverCacheWarning):
+                unwritten.append(w)
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
 if __name__ == "__main__":

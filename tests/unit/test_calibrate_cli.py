@@ -61,3 +61,28 @@ def test_one_rank_says_nothing_was_cached(tmp_path):
     assert out.stdout.splitlines()[-2:] == ["numpy API, grid 1x1: min_torus_bytes 0 (setting)",
                                             f"nothing measured (one rank): nothing cached in {cache}"]
     assert not cache.exists()
+
+
+def test_show_on_an_empty_cache_says_so_and_never_is_written_in_words(tmp_path, capsys):
+    import warnings as w
+
+    from horovod_torus import crossover
+    from horovod_torus.calibrate import _cache_warnings, _crossover_text, main
+    assert main(["--show", "--cache-dir", str(tmp_path)]) == 0
+    assert capsys.readouterr().out == f"no crossover cache files in {tmp_path}\n"
+    assert _crossover_text(crossover.NEVER) == f"{crossover.NEVER} (never: the flat call at every size)"
+    assert _crossover_text(4096) == "4096"
+    unwritten = []     # a cache that could not be written is recorded (the last line then says NOT cached)
+    (tmp_path / "afile").write_text("x")
+    calibration = crossover.Calibration(min_torus_bytes=4096, ratios={4096: 0.9}, rounds=1, calls=1, seconds=0.1)
+    with w.catch_warnings(record=True) as shown:
+        w.simplefilter("always")
+        with _cache_warnings(unwritten):
+            crossover.write_cache(str(tmp_path / "afile" / "sub"), _key(), calibration)
+    assert len(unwritten) == 1 and [x.category for x in shown] == [crossover.CrossoverCacheWarning]
+
+
+def _key():
+    from horovod_torus import crossover
+    return crossover.CrossoverKey(world_size=4, grid="2x2", launcher="mpirun", hosts=(("h", 4),), transport="numpy",
+                                  variant="", version="0")

@@ -185,3 +185,18 @@ def test_bad_flags_name_the_value_and_the_fix(capsys):
     assert "must be > 0; set it with --intra-bandwidth-gbps / --inter-bandwidth-gbps" in capsys.readouterr().err
     assert main(["--preset", "abci", "--call-overhead-us", "-5"]) == 2
     assert "call_s=-5e-06 s must be >= 0 (e.g. --call-overhead-us 10)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--top", "0"], r"--top 0 must be >= 1"), (["--top", "-1"], r"--top -1 must be >= 1"),
+    (["--inter-bandwidth-gbps", "inf"], r"--inter-bandwidth-gbps inf must be a finite number"),
+    (["--call-overhead-us", "inf"], r"--call-overhead-us inf must be a finite number"),
+    (["--bytes", "2048T"], r"more than 1125899906842624 \(1 PiB\) per rank"),
+    (["--nodes", "20000"], r"20000 nodes x 4 ranks = 80000 ranks: .* at most 32768 ranks")])
+def test_flags_it_would_misread_or_take_minutes_on_are_errors(capsys, flags, message):
+    """--top below 1 listed all but the last grid, an infinite bandwidth was planned, and 80,000 ranks took
+    95 s with no output: one error line, exit 2, at once."""
+    import re
+    assert main(["--preset", "abci", "--print-grid", *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("horovod_torus.plan: error: ") and re.search(message, err), err

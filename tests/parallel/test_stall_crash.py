@@ -21,6 +21,9 @@ def main():
     total = hvd.allreduce(tf.constant([1.0, 2.0]), op=hvd.Sum).numpy()
     assert np.array_equal(total, [4.0, 8.0]), total
     if rank == 0:
+        # the torus call ends on each rank when its own last phase does: let ranks 1-3 finish theirs and reach
+        # the broadcast first (a shutdown inside their all-reduce ends them there, and the case tests the broadcast)
+        time.sleep(2)
         report(rank, f"CRASH rank {rank} at {time.time():.1f}")
         raise RuntimeError("rank 0 fails outside any torus call")
     report(rank, f"BROADCAST rank {rank}")

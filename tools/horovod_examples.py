@@ -69,7 +69,7 @@ def swap_import(src: str) -> str:
     callback calls ``keras.backend.get_value``, its ``DistributedGradientTape`` calls ``Variable.ref()``);
     ``import horovod`` (used only by the ``horovod.run`` branch) stays."""
     return substitute(src, r"^import horovod\.tensorflow(\.keras)? as hvd$", r"import horovod_torus.tensorflow\1 as hvd",
-                "swap_import")
+                      "swap_import")
 
 
 def optimizer_variables_property(src: str) -> str:
@@ -83,9 +83,9 @@ def drop_experimental_run_tf_function(src: str) -> str:
     Trainer.compile() got an unexpected keyword argument*). Keras 3's ``fit`` always calls the optimizer
     it was given, so the comment that asked for it is replaced too."""
     src = substitute(src, r"^( *)# Horovod: Specify `experimental_run_tf_function=False` to ensure TensorFlow\n"
-                    r" *# uses hvd\.DistributedOptimizer\(\) to compute gradients\.\n",
-               r"\1# Keras 3: compile() has no experimental_run_tf_function (fit uses this optimizer).\n",
-               "drop_experimental_run_tf_function")
+                          r" *# uses hvd\.DistributedOptimizer\(\) to compute gradients\.\n",
+                     r"\1# Keras 3: compile() has no experimental_run_tf_function (fit uses this optimizer).\n",
+                     "drop_experimental_run_tf_function")
     return substitute(src, r",\s*experimental_run_tf_function=False", "", "drop_experimental_run_tf_function")
 
 
@@ -116,7 +116,7 @@ def limit_keras_fit(src: str, epochs: int, steps_per_epoch: int) -> str:
     """Fewer steps (a documented edit; the example has no option): ``epochs=24`` and
     ``steps_per_epoch=500 // hvd.size()`` become ``epochs`` and ``steps_per_epoch // hvd.size()``."""
     src = substitute(src, r"steps_per_epoch=500 // hvd\.size\(\)", f"steps_per_epoch={steps_per_epoch} // hvd.size()",
-               "limit_keras_fit")
+                     "limit_keras_fit")
     return substitute(src, r"\bepochs=24\b", f"epochs={epochs}", "limit_keras_fit")
 
 
@@ -124,7 +124,7 @@ def limit_tape_steps(src: str, steps: int) -> str:
     """Fewer steps (a documented edit; the example has no option): ``dataset.take(10000 // hvd.size())``
     becomes ``dataset.take(steps // hvd.size())``."""
     return substitute(src, r"dataset\.take\(10000 // hvd\.size\(\)\)", f"dataset.take({steps} // hvd.size())",
-                "limit_tape_steps")
+                      "limit_tape_steps")
 
 
 # The changes each example gets, in order (the synthetic benchmark's steps and model are its own options).

@@ -73,8 +73,8 @@ def skip_keras2_only(src: str) -> str:
     """A ``@pytest.mark.skip(reason=...)`` line right above each :data:`KERAS2_ONLY` test's ``def``."""
     for name, why in KERAS2_ONLY.items():
         src = substitute(src, rf"^( +)(def {name}\(self)",
-                   lambda m, why=why: f"{m.group(1)}@pytest.mark.skip(reason={'Keras 2 only: ' + why!r})\n"
-                                      f"{m.group(1)}{m.group(2)}", f"skip_keras2_only({name})")
+                         lambda m, why=why: f"{m.group(1)}@pytest.mark.skip(reason={'Keras 2 only: ' + why!r})\n"
+                                            f"{m.group(1)}{m.group(2)}", f"skip_keras2_only({name})")
     return src
 
 
